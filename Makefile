@@ -1,0 +1,62 @@
+# The one source of commands: README, CI and people all call these targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+KAFKA_VERSION ?= 4.1.1
+# Kafka jars live outside the repository so clones share them; override to relocate.
+REWARDBUS_CACHE ?= $(HOME)/.cache/rewardbus
+KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
+export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
+export REWARDBUS_CACHE
+
+.PHONY: setup demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars
+
+setup: $(VENV)/.installed kafka-jars
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11+"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,faust]'
+	touch $@
+
+kafka-jars: $(KAFKA_LIB)/.complete
+
+$(KAFKA_LIB)/.complete: infra/kafka/pom.xml
+	@command -v java >/dev/null || { echo "error: java not found: install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn not found: install Maven (apt-get install maven)"; exit 1; }
+	mkdir -p $(KAFKA_LIB)
+	mvn -q -B -f infra/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) \
+	    dependency:copy-dependencies -DoutputDirectory=$(KAFKA_LIB) -DincludeScope=runtime
+	touch $@
+
+demo: setup
+	$(BIN)/rewardbus demo
+
+doctor: setup
+	$(BIN)/rewardbus doctor
+
+test: setup
+	$(BIN)/python -m pytest -p no:cacheprovider tests
+
+test-unit: setup
+	$(BIN)/python -m pytest tests/unit
+
+test-integration: setup
+	$(BIN)/python -m pytest tests/integration
+
+test-sandbox: setup
+	$(BIN)/python -m pytest tests/sandbox
+
+lint: setup
+	$(BIN)/ruff check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python benchmarks/bench_sandbox.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,60 @@
+"""MessagePack encoding and decoding: the only place where messages become bytes."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, TypeVar
+
+import msgspec
+
+from schemas.messages import SCHEMA_VERSION, TestSuite
+
+__all__ = ["SchemaError", "decode", "encode", "suite_digest"]
+
+T = TypeVar("T")
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+class SchemaError(ValueError):
+    """Bytes that are not a valid message of the expected type.
+
+    ``reason`` says what is wrong; the message is never retriable, it belongs in
+    the dead-letter topic.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """Encode one message struct as MessagePack."""
+    return _encoder.encode(message)
+
+
+def decode(data: bytes | None, message_type: type[T]) -> T:
+    """Decode ``data`` as ``message_type`` or raise :class:`SchemaError`."""
+    if data is None:
+        raise SchemaError(f"empty record: expected a {message_type.__name__}")
+    decoder = _decoders.get(message_type)
+    if decoder is None:
+        decoder = _decoders[message_type] = msgspec.msgpack.Decoder(message_type)
+    try:
+        message = decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"not a valid {message_type.__name__}: {exc}") from None
+    version = getattr(message, "schema_version", SCHEMA_VERSION)
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{message_type.__name__} has schema_version {version}; "
+            f"this build understands up to {SCHEMA_VERSION}"
+        )
+    return message
+
+
+def suite_digest(suite: TestSuite) -> str:
+    """A stable content digest of a test suite (sha256 of its canonical encoding)."""
+    canonical = msgspec.msgpack.Encoder(order="deterministic").encode(suite)
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()

@@ -1,0 +1,259 @@
+"""The message structs of the wire contract (DESIGN.md §4).
+
+Every struct is frozen and keyword-only; every top-level message carries
+``schema_version``. New fields must get defaults so that old producers and new
+consumers (and the reverse) keep working.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AssertSuite",
+    "BatchManifest",
+    "CheckerProgram",
+    "CheckerSuite",
+    "Completion",
+    "DeadLetter",
+    "GroupStats",
+    "IoSuite",
+    "Limits",
+    "ProblemRecord",
+    "RewardEvent",
+    "ScoredBatch",
+    "ScoredSample",
+    "TestOutcome",
+    "TestSuite",
+    "Verdict",
+]
+
+SCHEMA_VERSION = 1
+
+Compare = Literal["exact", "tokens", "float"]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+def _now() -> float:
+    return time.time()
+
+
+class Verdict(enum.StrEnum):
+    """The outcome of judging one test or one completion."""
+
+    ACCEPTED = "accepted"
+    WRONG_ANSWER = "wrong_answer"
+    RUNTIME_ERROR = "runtime_error"
+    TIME_LIMIT = "time_limit"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    COMPILE_ERROR = "compile_error"
+    NO_CODE = "no_code"
+    # An infrastructure fault: retried, and if it persists reported as such,
+    # never silently scored as a wrong answer.
+    SANDBOX_ERROR = "sandbox_error"
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Resource limits for one completion (per test unless named otherwise)."""
+
+    time_s: Positive = 5.0
+    total_time_s: Positive = 60.0
+    memory_mb: PositiveInt = 512
+    output_kb: PositiveInt = 1024
+    compile_time_s: Positive = 30.0
+    compile_memory_mb: PositiveInt = 2048
+
+
+class _SuiteOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    stop_on_first_failure: bool = False
+    all_or_nothing: bool = False
+
+
+class IoSuite(_SuiteOptions, tag="io", tag_field="kind"):
+    """Input/output cases, the APPS/TACO/CodeContests shape.
+
+    Without ``fn_name`` each input is a stdin string and each output the expected
+    stdout. With ``fn_name`` each input is the list of call arguments (JSON values)
+    and each output the expected return value.
+    """
+
+    inputs: list[Any]
+    outputs: list[Any]
+    fn_name: str | None = None
+    compare: Compare = "tokens"
+    float_tolerance: NonNegative = 1e-6
+
+
+class AssertSuite(_SuiteOptions, tag="assert", tag_field="kind"):
+    """HumanEval/MBPP style: test ``code`` defining ``check(candidate)``.
+
+    With ``entry_point`` the harness calls ``check(<entry_point>)``; without it the
+    test code runs as-is after the program. Each entry of ``cases`` (assert
+    statements) is a separate test, for fraction-of-tests scoring.
+    """
+
+    code: str = ""
+    entry_point: str | None = None
+    cases: list[str] = []
+
+
+class CheckerProgram(msgspec.Struct, frozen=True, kw_only=True):
+    """A special judge: invoked as ``checker INPUT OUTPUT ANSWER``."""
+
+    language: str
+    code: str
+
+
+class CheckerSuite(_SuiteOptions, tag="checker", tag_field="kind"):
+    """I/O cases judged by a checker program (testlib-compatible exit codes)."""
+
+    inputs: list[str]
+    outputs: list[str]
+    checker: CheckerProgram
+
+
+TestSuite = IoSuite | AssertSuite | CheckerSuite
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """One model completion to judge; key on the wire is ``sample_id``."""
+
+    sample_id: str
+    batch_id: str = ""
+    group_id: str = ""
+    policy_version: int = 0
+    language: str = "python"
+    response: str | None = None
+    code: str | None = None
+    tests: TestSuite | None = None
+    problem_id: str | None = None
+    tests_digest: str | None = None
+    limits: Limits = Limits()
+    created_at: float = msgspec.field(default_factory=_now)
+    attributes: dict[str, str] = {}
+    schema_version: int = SCHEMA_VERSION
+
+
+class TestOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The result of one test case."""
+
+    index: int
+    verdict: Verdict
+    wall_ms: float = 0.0
+    cpu_ms: float = 0.0
+    peak_memory_kb: int = 0
+    score: float = 0.0
+    message: str = ""
+
+
+class RewardEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """The judged reward of one completion; key on the wire is ``batch_id``."""
+
+    sample_id: str
+    batch_id: str = ""
+    group_id: str = ""
+    policy_version: int = 0
+    score: float = 0.0
+    verdict: Verdict
+    passed: int = 0
+    total: int = 0
+    tests: list[TestOutcome] = []
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    message: str = ""
+    queue_ms: float = 0.0
+    exec_ms: float = 0.0
+    worker_id: str = ""
+    cache_hit: bool = False
+    attempt: int = 1
+    # Isolation layers that were missing when this sample ran (degraded mode).
+    degraded: list[str] = []
+    program_index: int = 0
+    created_at: float = msgspec.field(default_factory=_now)
+    schema_version: int = SCHEMA_VERSION
+
+
+class BatchManifest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a batch consists of; key on the wire is ``batch_id``.
+
+    ``group_ids`` (optional) runs parallel to ``sample_ids`` so that missing
+    samples can still be placed in their group.
+    """
+
+    batch_id: str
+    sample_ids: list[str]
+    group_ids: list[str] = []
+    group_size: int = 1
+    policy_version: int = 0
+    deadline: float = 0.0
+    created_at: float = msgspec.field(default_factory=_now)
+    schema_version: int = SCHEMA_VERSION
+
+
+class ScoredSample(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One sample of a scored batch, in manifest order."""
+
+    sample_id: str
+    group_id: str = ""
+    present: bool = True
+    score: float = 0.0
+    verdict: Verdict | None = None
+    advantage: float = 0.0
+    passed: int = 0
+    total: int = 0
+    cache_hit: bool = False
+
+
+class GroupStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Score statistics of one GRPO group (present samples only)."""
+
+    mean: float
+    std: float
+    count: int
+
+
+class ScoredBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch ready for the learner; key on the wire is ``batch_id``."""
+
+    batch_id: str
+    samples: list[ScoredSample]
+    groups: dict[str, GroupStats] = {}
+    missing: list[str] = []
+    complete: bool = True
+    policy_version: int = 0
+    duplicates_ignored: int = 0
+    created_at: float = msgspec.field(default_factory=_now)
+    schema_version: int = SCHEMA_VERSION
+
+
+class ProblemRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A shared test suite on the compacted problems topic; key is ``problem_id``."""
+
+    problem_id: str
+    digest: str
+    tests: TestSuite
+    schema_version: int = SCHEMA_VERSION
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """Anything that could not be decoded or processed, with the reason."""
+
+    source_topic: str
+    partition: int
+    offset: int
+    reason: str
+    error_type: str
+    stage: str
+    key: bytes | None = None
+    value: bytes = b""
+    service: str = ""
+    failed_at: float = msgspec.field(default_factory=_now)
+    schema_version: int = SCHEMA_VERSION
