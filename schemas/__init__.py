@@ -24,6 +24,7 @@ from schemas.messages import (
     TestSuite,
     Verdict,
 )
+from schemas.settings import KafkaSettings
 from schemas.topics import Topics
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "GroupStats",
     "Headers",
     "IoSuite",
+    "KafkaSettings",
     "Limits",
     "ProblemRecord",
     "RewardEvent",
