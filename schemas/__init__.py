@@ -3,7 +3,7 @@
 This package imports nothing else of rewardbus; every other package imports it.
 """
 
-from schemas.codec import SchemaError, decode, encode, suite_digest
+from schemas.codec import SchemaError, decode, decode_json, encode, encode_json, suite_digest
 from schemas.headers import CONTENT_TYPE, Headers, extract_context, header, inject_context
 from schemas.messages import (
     SCHEMA_VERSION,
@@ -51,7 +51,9 @@ __all__ = [
     "Topics",
     "Verdict",
     "decode",
+    "decode_json",
     "encode",
+    "encode_json",
     "extract_context",
     "header",
     "inject_context",

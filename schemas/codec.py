@@ -9,7 +9,7 @@ import msgspec
 
 from schemas.messages import SCHEMA_VERSION, TestSuite
 
-__all__ = ["SchemaError", "decode", "encode", "suite_digest"]
+__all__ = ["SchemaError", "decode", "decode_json", "encode", "encode_json", "suite_digest"]
 
 T = TypeVar("T")
 
@@ -58,3 +58,16 @@ def suite_digest(suite: TestSuite) -> str:
     """A stable content digest of a test suite (sha256 of its canonical encoding)."""
     canonical = msgspec.msgpack.Encoder(order="deterministic").encode(suite)
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def decode_json(data: str | bytes, message_type: type[T]) -> T:
+    """Decode one JSON document (e.g. a line of a ``.jsonl`` file) as ``message_type``."""
+    try:
+        return msgspec.json.decode(data, type=message_type)
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"not a valid {message_type.__name__}: {exc}") from None
+
+
+def encode_json(message: object) -> bytes:
+    """Encode a message struct (or plain data) as compact JSON."""
+    return msgspec.json.encode(message)

@@ -1,0 +1,145 @@
+"""The trainer-side publisher: completions, batch manifests and shared test suites."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from schemas import (
+    CONTENT_TYPE,
+    BatchManifest,
+    Completion,
+    KafkaSettings,
+    ProblemRecord,
+    encode,
+    inject_context,
+)
+
+__all__ = ["ProducerConfig", "RolloutProducer"]
+
+tracer = trace.get_tracer(__name__)
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Producer tuning. Idempotence and ``acks=all`` are not optional."""
+
+    compression: str | None = "lz4"
+    linger_ms: int = 5
+    max_batch_bytes: int = 1 << 20
+    request_timeout_ms: int = 30_000
+
+
+class RolloutProducer:
+    """Publishes completions (key ``sample_id``), manifests (key ``batch_id``) and problems.
+
+    Each completion starts the sample's trace: the ``publish completion`` span's
+    context travels in the record headers to the sandbox worker and the aggregator.
+    """
+
+    def __init__(self, kafka: KafkaSettings, config: ProducerConfig | None = None) -> None:
+        self._kafka = kafka
+        self._config = config or ProducerConfig()
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        """Connect to the cluster."""
+        cfg = self._config
+        self._producer = AIOKafkaProducer(
+            **self._kafka.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            compression_type=cfg.compression,
+            linger_ms=cfg.linger_ms,
+            max_batch_size=cfg.max_batch_bytes,
+            request_timeout_ms=cfg.request_timeout_ms,
+        )
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        """Flush what is pending and disconnect."""
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
+    async def __aenter__(self) -> RolloutProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def _client(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("RolloutProducer is not started")
+        return self._producer
+
+    async def publish(self, completion: Completion) -> None:
+        """Publish one completion and wait until the broker has it."""
+        await (await self._send_completion(completion))
+
+    async def publish_many(self, completions: Iterable[Completion]) -> int:
+        """Publish completions pipelined (not one round trip each); wait for every ack."""
+        pending = [await self._send_completion(c) for c in completions]
+        await asyncio.gather(*pending)
+        return len(pending)
+
+    async def publish_manifest(self, manifest: BatchManifest) -> None:
+        """Publish the manifest that tells the aggregator what a batch holds."""
+        topic = self._kafka.topics.manifests
+        with tracer.start_as_current_span(
+            "publish manifest", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
+        ) as span:
+            span.set_attribute("rewardbus.batch_id", manifest.batch_id)
+            span.set_attribute("rewardbus.batch_size", len(manifest.sample_ids))
+            await self._client.send_and_wait(
+                topic,
+                encode(manifest),
+                key=manifest.batch_id.encode(),
+                headers=inject_context([CONTENT_TYPE]),
+            )
+
+    async def publish_problem(self, problem: ProblemRecord) -> None:
+        """Publish a shared test suite to the compacted problems topic."""
+        await self._client.send_and_wait(
+            self._kafka.topics.problems,
+            encode(problem),
+            key=problem.problem_id.encode(),
+            headers=[CONTENT_TYPE],
+        )
+
+    async def _send_completion(self, completion: Completion) -> asyncio.Future[Any]:
+        topic = self._kafka.topics.completions
+        with tracer.start_as_current_span(
+            "publish completion", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
+        ) as span:
+            span.set_attribute("rewardbus.sample_id", completion.sample_id)
+            span.set_attribute("rewardbus.batch_id", completion.batch_id)
+            future: asyncio.Future[Any] = await self._client.send(
+                topic,
+                encode(completion),
+                key=completion.sample_id.encode(),
+                headers=inject_context([CONTENT_TYPE]),
+            )
+            return future
+
+
+def _attrs(topic: str) -> dict[str, str]:
+    return {
+        "messaging.system": "kafka",
+        "messaging.destination.name": topic,
+        "messaging.operation.type": "send",
+    }

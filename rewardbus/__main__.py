@@ -1,0 +1,5 @@
+import sys
+
+from rewardbus.cli import main
+
+sys.exit(main())

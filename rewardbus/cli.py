@@ -1,0 +1,119 @@
+"""The ``rewardbus`` command line: the only code that touches signals and the environment."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+log = logging.getLogger("rewardbus")
+
+
+def _shutdown_future() -> asyncio.Future[None]:
+    """A future resolved by the first SIGTERM or SIGINT (a second one kills hard)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def trigger(signum: int) -> None:
+        if fut.done():
+            os._exit(128 + signum)
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        fut.set_result(None)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, trigger, signum)
+    return fut
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="Kafka bootstrap servers (env REWARDBUS_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument("--topic-prefix", help="topic name prefix (env REWARDBUS_TOPIC_PREFIX)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rewardbus", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="HumanEval through the whole pipeline, end to end")
+    _common(demo)
+    demo.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    demo.add_argument("--batch-size", type=int, default=32)
+    demo.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON last")
+    demo.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+    demo.add_argument("--timeout", type=float, default=600.0)
+
+    broker = sub.add_parser("broker", help="run the embedded single-node Kafka broker")
+    broker.add_argument("--port", type=int, default=9092)
+    broker.add_argument("--data-dir", default=None)
+
+    worker = sub.add_parser("worker", help="run one sandbox worker (consumer-group member)")
+    _common(worker)
+    worker.add_argument("--group-id", default="rewardbus-workers")
+    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--worker-id", default=None)
+    worker.add_argument("--instance-id", default=None, help="static group membership id")
+    worker.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+
+    agg = sub.add_parser("aggregator", help="run the learner-side stream aggregator")
+    _common(agg)
+    agg.add_argument("--group-id", default="rewardbus-aggregator")
+
+    topics = sub.add_parser("topics", help="create the rewardbus topics")
+    _common(topics)
+    topics.add_argument("--partitions", type=int, default=4)
+
+    judge = sub.add_parser("judge", help="judge completions from a JSON-lines file, no Kafka")
+    judge.add_argument("file", help="JSON lines, one Completion each ('-' for stdin)")
+    judge.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+
+    sub.add_parser("doctor", help="report which sandbox isolation layers work on this host")
+    return p
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    return asyncio.run(coro)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rewardbus`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    from rewardbus import commands
+
+    handlers: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+        "demo": commands.demo,
+        "broker": commands.broker,
+        "worker": commands.worker,
+        "aggregator": commands.aggregator,
+        "topics": commands.topics,
+        "judge": commands.judge,
+        "doctor": commands.doctor,
+    }
+    try:
+        return _run(handlers[args.command](args))
+    except KeyboardInterrupt:
+        return 130
+    except commands.UsageError as exc:
+        print(f"rewardbus {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

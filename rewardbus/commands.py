@@ -1,0 +1,140 @@
+"""The CLI's commands: each parses its flags into value objects and runs one stage."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from rewardbus.cli import _shutdown_future
+from rewardbus.settings import kafka_settings
+from rewardbus.telemetry import configure_tracing
+from schemas import KafkaSettings
+
+__all__ = ["UsageError", "aggregator", "broker", "demo", "doctor", "judge", "topics", "worker"]
+
+
+class UsageError(Exception):
+    """A command was given something it cannot work with."""
+
+
+def _kafka(args: argparse.Namespace, client_id: str) -> KafkaSettings:
+    kafka = kafka_settings(
+        os.environ,
+        bootstrap=args.bootstrap_servers,
+        topic_prefix=args.topic_prefix,
+        client_id=client_id,
+    )
+    if kafka is None:
+        raise UsageError("no Kafka cluster: pass --bootstrap-servers or set REWARDBUS_BOOTSTRAP_SERVERS")
+    return kafka
+
+
+async def broker(args: argparse.Namespace) -> int:
+    from rewardbus.broker import BrokerConfig, serve
+
+    config = BrokerConfig(
+        port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None
+    )
+
+    def ready(bootstrap: str) -> None:
+        print(f"Kafka broker ready at {bootstrap} (Ctrl-C to stop)", flush=True)
+
+    await serve(config, shutdown=_shutdown_future(), on_ready=ready)
+    return 0
+
+
+async def worker(args: argparse.Namespace) -> int:
+    from rewardbus.wiring import SandboxOptions, build_executor
+    from sandbox_workers.service import WorkerConfig, run_worker
+
+    kafka = _kafka(args, "rewardbus-worker")
+    config = WorkerConfig(
+        group_id=args.group_id,
+        concurrency=args.concurrency,
+        group_instance_id=args.instance_id,
+        **({"worker_id": args.worker_id} if args.worker_id else {}),
+    )
+    executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id=config.worker_id))
+    _, flush = configure_tracing("rewardbus-worker", env=os.environ)
+    ready = asyncio.Event()
+    shutdown = _shutdown_future()
+
+    async def announce() -> None:
+        await ready.wait()
+        # The demo (and operators' scripts) wait for this line.
+        print(f"rewardbus worker {config.worker_id} ready", flush=True)
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await run_worker(kafka, config, executor, shutdown=shutdown, ready=ready)
+    finally:
+        announcer.cancel()
+        flush()
+    return 0
+
+
+async def aggregator(args: argparse.Namespace) -> int:
+    from consumers import AggregatorConfig, run_aggregator
+
+    kafka = _kafka(args, "rewardbus-aggregator")
+    _, flush = configure_tracing("rewardbus-aggregator", env=os.environ)
+    try:
+        await run_aggregator(
+            kafka, AggregatorConfig(group_id=args.group_id), shutdown=_shutdown_future()
+        )
+    finally:
+        flush()
+    return 0
+
+
+async def topics(args: argparse.Namespace) -> int:
+    from rewardbus.topics import ensure_topics
+
+    kafka = _kafka(args, "rewardbus-admin")
+    await ensure_topics(kafka, partitions=args.partitions)
+    for name in kafka.topics.all():
+        print(name)
+    return 0
+
+
+async def judge(args: argparse.Namespace) -> int:
+    from rewardbus.judge import judge_lines
+    from rewardbus.wiring import SandboxOptions, build_executor
+
+    executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id="judge"))
+    if args.file == "-":
+        return await judge_lines(sys.stdin, executor, out=sys.stdout)
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    with path.open(encoding="utf-8") as lines:
+        return await judge_lines(lines, executor, out=sys.stdout)
+
+
+async def doctor(args: argparse.Namespace) -> int:
+    from rewardbus.doctor import report
+
+    del args
+    return report(sys.stdout)
+
+
+async def demo(args: argparse.Namespace) -> int:
+    from rewardbus.demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        workers=args.workers,
+        batch_size=args.batch_size,
+        limit=args.limit,
+        json=args.json,
+        strict=not args.no_strict,
+        timeout_s=args.timeout,
+        bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
+    )
+    _, flush = configure_tracing("rewardbus-demo", env=os.environ)
+    try:
+        return await run_demo(options, shutdown=_shutdown_future())
+    finally:
+        flush()

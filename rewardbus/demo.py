@@ -1,0 +1,383 @@
+"""``rewardbus demo``: HumanEval through the whole pipeline on a real broker.
+
+Starts (unless given a cluster) the embedded Kafka broker, a pool of sandbox
+worker processes and the aggregator; publishes the 164 canonical HumanEval
+solutions and 164 deliberately broken variants in batches; waits for every
+scored batch; prints a summary; stops everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
+from rewardbus.topics import ensure_topics
+from schemas import KafkaSettings, RewardEvent, SchemaError, ScoredBatch, Topics, decode
+
+__all__ = ["DemoOptions", "run_demo"]
+
+WORKER_GROUP = "rewardbus-demo-workers"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo runs and how it reports."""
+
+    workers: int = 2
+    batch_size: int = 32
+    limit: int | None = None
+    json: bool = False
+    strict: bool = True
+    timeout_s: float = 600.0
+    bootstrap: str | None = None
+    deadline_s: float = 300.0
+
+
+@dataclass
+class _Progress:
+    total: int
+    sent_at: dict[str, float] = field(default_factory=dict)
+    reward_at: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, RewardEvent] = field(default_factory=dict)
+    scored_at: dict[str, float] = field(default_factory=dict)
+    batches: dict[str, ScoredBatch] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    last_drawn: int = -1
+
+    def draw(self, *, final: bool = False) -> None:
+        done = len(self.rewards)
+        step = max(1, self.total // 20)
+        if not final and not sys.stderr.isatty() and done // step == self.last_drawn // step:
+            return
+        self.last_drawn = done
+        width = 30
+        filled = width * done // max(1, self.total)
+        rate = done / max(1e-9, time.monotonic() - self.started)
+        bar = "#" * filled + "." * (width - filled)
+        line = f"[{bar}] {done}/{self.total} rewards, {len(self.batches)} batches, {rate:.1f}/s"
+        end = "\n" if final or not sys.stderr.isatty() else ""
+        print(f"\r{line}", end=end, file=sys.stderr, flush=True)
+
+
+async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
+    """Run the demo; 0 when every canonical solution passed and no broken one did."""
+    async with contextlib.AsyncExitStack() as stack:
+        bootstrap = options.bootstrap or await stack.enter_async_context(_embedded_broker())
+        run_id = uuid.uuid4().hex[:8]
+        kafka = KafkaSettings(
+            bootstrap_servers=bootstrap, topics=Topics(prefix=f"demo-{run_id}."), client_id="demo"
+        )
+        _say(f"topics prefixed {kafka.topics.prefix!r} on {bootstrap}")
+        await ensure_topics(kafka, partitions=max(4, 2 * options.workers))
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rewardbus-demo-")))
+        await stack.enter_async_context(_worker_pool(kafka, options, logs))
+        await stack.enter_async_context(_aggregator(kafka))
+        samples = humaneval_samples(limit=options.limit)
+        progress = _Progress(total=len(samples))
+        work = asyncio.ensure_future(_publish_and_collect(kafka, options, samples, progress, run_id))
+        stop = asyncio.ensure_future(shutdown)
+        await asyncio.wait([work, stop], timeout=options.timeout_s, return_when="FIRST_COMPLETED")
+        stop.cancel()
+        if not work.done():
+            work.cancel()
+            progress.draw(final=True)
+            _say("interrupted" if stop.done() else f"timed out after {options.timeout_s:.0f}s")
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+        else:
+            work.result()
+            progress.draw(final=True)
+        summary = _summary(samples, progress, options)
+    _print_summary(summary, as_json=options.json)
+    return 0 if summary["ok"] else 1
+
+
+def _say(message: str) -> None:
+    print(f"rewardbus demo: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def _embedded_broker() -> AsyncIterator[str]:
+    from rewardbus.broker import BrokerConfig, EmbeddedBroker
+
+    _say("starting the embedded Kafka broker")
+    broker = EmbeddedBroker(BrokerConfig(num_partitions=4))
+    async with broker:
+        yield broker.bootstrap_servers
+    _say("broker stopped")
+
+
+@contextlib.asynccontextmanager
+async def _worker_pool(
+    kafka: KafkaSettings, options: DemoOptions, logs: Path
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """Sandbox workers as separate processes, as in production: small, forking nothing heavy."""
+    procs: list[asyncio.subprocess.Process] = []
+    log_files = []
+    try:
+        for index in range(options.workers):
+            log_file = (logs / f"worker-{index}.log").open("wb")
+            log_files.append(log_file)
+            argv = [
+                sys.executable, "-m", "rewardbus", "worker",
+                "--bootstrap-servers", kafka.bootstrap_servers,
+                "--topic-prefix", kafka.topics.prefix,
+                "--group-id", WORKER_GROUP,
+                "--worker-id", f"demo-worker-{index}",
+            ]  # fmt: skip
+            if not options.strict:
+                argv.append("--no-strict")
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.PIPE, stderr=log_file
+                )
+            )
+        for index, proc in enumerate(procs):
+            await _await_ready(proc, logs / f"worker-{index}.log")
+        await _await_group(kafka, WORKER_GROUP, options.workers)
+        _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
+        yield procs
+    finally:
+        await _stop_workers(procs)
+        for log_file in log_files:
+            log_file.close()
+
+
+async def _await_ready(proc: asyncio.subprocess.Process, log: Path) -> None:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+    if b"ready" not in line:
+        await proc.wait()
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"sandbox worker failed to start (status {proc.returncode}):\n{tail}")
+
+
+async def _await_group(kafka: KafkaSettings, group: str, members: int) -> None:
+    """Wait until every worker is a member, so the figures exclude the first rebalance."""
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            described = await admin.describe_consumer_groups([group])
+            found = _group_members(described)
+            if found >= members:
+                return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"only some of {members} workers joined {group!r}")
+    finally:
+        await admin.close()
+
+
+def _group_members(described: Any) -> int:
+    for response in described:
+        for entry in response.groups:
+            # (error_code, group_id, state, protocol_type, protocol, members, ...)
+            if entry[2] == "Stable":
+                return len(entry[5])
+    return 0
+
+
+async def _stop_workers(procs: list[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=40)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def _aggregator(kafka: KafkaSettings) -> AsyncIterator[None]:
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        run_aggregator(
+            kafka,
+            AggregatorConfig(group_id="rewardbus-demo-aggregator"),
+            shutdown=stop,
+            ready=ready,
+        )
+    )
+    waiter = asyncio.ensure_future(ready.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        waiter.cancel()
+        task.result()  # raises the aggregator's start-up error
+    try:
+        yield
+    finally:
+        stop.set_result(None)
+        await asyncio.wait_for(task, timeout=30)
+
+
+async def _publish_and_collect(
+    kafka: KafkaSettings,
+    options: DemoOptions,
+    samples: list[HumanEvalSample],
+    progress: _Progress,
+    run_id: str,
+) -> None:
+    batches = list(
+        build_batches(
+            samples, batch_size=options.batch_size, run_id=run_id, deadline_s=options.deadline_s
+        )
+    )
+    # Map the stamped sample ids back to their variants for the summary.
+    samples[:] = [s for _, chunk in batches for s in chunk]
+    batch_ids = {manifest.batch_id for manifest, _ in batches}
+    async with ScoredBatches(kafka, group_id=f"demo-learner-{run_id}") as scored:
+        rewards = asyncio.create_task(_watch_rewards(kafka, progress))
+        try:
+            async with RolloutProducer(kafka) as producer:
+                for manifest, chunk in batches:
+                    await producer.publish_manifest(manifest)
+                    now = time.monotonic()
+                    for sample in chunk:
+                        progress.sent_at[sample.completion.sample_id] = now
+                    await producer.publish_many(s.completion for s in chunk)
+            async for batch in scored:
+                arrived = time.monotonic()
+                progress.batches[batch.batch_id] = batch
+                for sample in batch.samples:
+                    progress.scored_at.setdefault(sample.sample_id, arrived)
+                progress.draw()
+                if batch_ids <= progress.batches.keys():
+                    break
+            while len(progress.rewards) < progress.total:  # rewards may trail the last batch
+                await asyncio.sleep(0.05)
+        finally:
+            rewards.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rewards
+
+
+async def _watch_rewards(kafka: KafkaSettings, progress: _Progress) -> None:
+    consumer = AIOKafkaConsumer(
+        kafka.topics.rewards, **kafka.client_kwargs(), auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        async for record in consumer:
+            try:
+                event = decode(record.value, RewardEvent)
+            except SchemaError:
+                continue
+            if event.sample_id not in progress.rewards:
+                progress.rewards[event.sample_id] = event
+                progress.reward_at[event.sample_id] = time.monotonic()
+                progress.draw()
+    finally:
+        await consumer.stop()
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {"p50": pick(0.50), "p99": pick(0.99), "max": round(ordered[-1], 1)}
+
+
+def _summary(
+    samples: list[HumanEvalSample], progress: _Progress, options: DemoOptions
+) -> dict[str, Any]:
+    canonical = [s for s in samples if s.canonical]
+    broken = [s for s in samples if not s.canonical]
+
+    def accepted(group: list[HumanEvalSample]) -> int:
+        return sum(
+            1
+            for s in group
+            if (e := progress.rewards.get(s.completion.sample_id)) and e.verdict == "accepted"
+        )
+
+    reward_ms = [
+        (progress.reward_at[k] - progress.sent_at[k]) * 1000
+        for k in progress.reward_at
+        if k in progress.sent_at
+    ]
+    scored_ms = [
+        (progress.scored_at[k] - progress.sent_at[k]) * 1000
+        for k in progress.scored_at
+        if k in progress.sent_at
+    ]
+    first = min(progress.sent_at.values(), default=0.0)
+    last = max(progress.reward_at.values(), default=first)
+    elapsed = max(1e-9, last - first)
+    verdicts = Counter(str(e.verdict) for e in progress.rewards.values())
+    degraded = sorted({layer for e in progress.rewards.values() for layer in e.degraded})
+    complete = sum(1 for b in progress.batches.values() if b.complete)
+    summary: dict[str, Any] = {
+        "completions": len(samples),
+        "rewards": len(progress.rewards),
+        "workers": options.workers,
+        "batches": len(progress.batches),
+        "batches_complete": complete,
+        "elapsed_s": round(elapsed, 2),
+        "completions_per_s": round(len(progress.rewards) / elapsed, 1),
+        "produce_to_reward_ms": _percentiles(reward_ms),
+        "produce_to_scored_batch_ms": _percentiles(scored_ms),
+        "verdicts": dict(sorted(verdicts.items())),
+        "canonical_accepted": accepted(canonical),
+        "canonical_total": len(canonical),
+        "broken_accepted": accepted(broken),
+        "broken_total": len(broken),
+        "cache_hits": sum(1 for e in progress.rewards.values() if e.cache_hit),
+        "sandbox_degraded_layers": degraded,
+    }
+    summary["ok"] = (
+        summary["canonical_accepted"] == len(canonical)
+        and summary["broken_accepted"] == 0
+        and len(progress.rewards) == len(samples)
+    )
+    return summary
+
+
+def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
+    lat = summary["produce_to_reward_ms"]
+    scored = summary["produce_to_scored_batch_ms"]
+    lines = [
+        "",
+        "rewardbus demo — HumanEval through Kafka, sandbox workers and the aggregator",
+        f"  completions       {summary['rewards']}/{summary['completions']} rewarded "
+        f"by {summary['workers']} worker processes in {summary['elapsed_s']} s",
+        f"  throughput        {summary['completions_per_s']} completions/s",
+        f"  produce→reward    p50 {lat['p50']} ms   p99 {lat['p99']} ms   max {lat['max']} ms",
+        f"  produce→batch     p50 {scored['p50']} ms   p99 {scored['p99']} ms",
+        f"  batches           {summary['batches_complete']}/{summary['batches']} complete",
+        f"  verdicts          {summary['verdicts']}",
+        f"  canonical         {summary['canonical_accepted']}/{summary['canonical_total']} accepted",
+        f"  broken            {summary['broken_accepted']}/{summary['broken_total']} accepted",
+    ]
+    if summary["sandbox_degraded_layers"]:
+        lines.append(f"  DEGRADED sandbox: missing {summary['sandbox_degraded_layers']}")
+    lines.append(f"  result            {'OK' if summary['ok'] else 'FAILED'}")
+    print("\n".join(lines), flush=True)
+    if as_json:
+        print(json.dumps(summary, sort_keys=True), flush=True)
+

@@ -1,0 +1,56 @@
+"""Topic creation: partition counts that keep rewards, manifests and scored batches co-partitioned."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from schemas import KafkaSettings
+
+__all__ = ["ensure_topics"]
+
+_COMPACTED = {"cleanup.policy": "compact"}
+
+
+async def ensure_topics(
+    kafka: KafkaSettings, *, partitions: int = 4, replication_factor: int = 1
+) -> None:
+    """Create every rewardbus topic that does not exist yet.
+
+    Rewards, manifests and scored batches share one partition count so that one
+    aggregator instance sees everything about a batch. The problems topic and the
+    aggregator's state topic are compacted (latest value per key).
+    """
+    t = kafka.topics
+    wanted = [
+        NewTopic(t.completions, partitions, replication_factor),
+        NewTopic(t.rewards, partitions, replication_factor),
+        NewTopic(t.manifests, partitions, replication_factor),
+        NewTopic(t.scored, partitions, replication_factor),
+        NewTopic(t.dlq, 1, replication_factor),
+        NewTopic(t.problems, partitions, replication_factor, topic_configs=_COMPACTED),
+        NewTopic(t.aggregator_state, partitions, replication_factor, topic_configs=_COMPACTED),
+    ]
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [topic for topic in wanted if topic.name not in existing]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass  # another process created them first
+        await _wait_for_metadata(admin, [topic.name for topic in wanted])
+    finally:
+        await admin.close()
+
+
+async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    for _ in range(100):
+        if set(names) <= set(await admin.list_topics()):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"topics not visible after creation: {names}")

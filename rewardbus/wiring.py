@@ -1,0 +1,26 @@
+"""Wiring: the only place where components are built and connected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
+
+__all__ = ["SandboxOptions", "build_executor"]
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """Sandbox choices made on the command line."""
+
+    strict: bool = True
+    worker_id: str = ""
+
+
+def build_executor(options: SandboxOptions) -> Executor:
+    """The jail plus the judging executor on top of it.
+
+    Strict mode raises if a required isolation layer is missing on this host.
+    """
+    sandbox = JailSandbox(JailConfig(strict=options.strict))
+    return Executor(ExecutorConfig(worker_id=options.worker_id), sandbox)

@@ -1,0 +1,358 @@
+"""The sandbox worker service: a consumer-group member that judges completions.
+
+decode → resolve tests → execute (bounded) → emit reward → mark offset done.
+An input offset is committed only after the reward for it (or its dead letter)
+is acknowledged by the broker, so a crash redelivers and never loses; the
+aggregator dedups the rare duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from sandbox_workers.offsets import OffsetTracker
+from schemas import (
+    CONTENT_TYPE,
+    Completion,
+    DeadLetter,
+    KafkaSettings,
+    RewardEvent,
+    SchemaError,
+    decode,
+    encode,
+    extract_context,
+    inject_context,
+)
+
+__all__ = ["CompletionRunner", "WorkerConfig", "WorkerStats", "run_worker"]
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+
+class CompletionRunner(Protocol):
+    """What the service needs of the executor."""
+
+    async def run(self, completion: Completion) -> RewardEvent: ...
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker process consumes and judges."""
+
+    group_id: str = "rewardbus-workers"
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    concurrency: int = 1
+    max_in_flight: int = 0  # records fetched and not done; 0 -> 2 x concurrency
+    commit_interval_s: float = 0.5
+    drain_timeout_s: float = 30.0
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    produce_retry_backoff_s: float = 0.5
+
+    @property
+    def in_flight_limit(self) -> int:
+        return self.max_in_flight or 2 * self.concurrency
+
+
+@dataclass
+class WorkerStats:
+    """Counters a running worker exposes (and logs on exit)."""
+
+    consumed: int = 0
+    rewarded: int = 0
+    dead_lettered: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    paused: int = 0
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._worker.drain(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
+
+
+class _Worker:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: WorkerConfig,
+        runner: CompletionRunner,
+        stats: WorkerStats,
+    ) -> None:
+        self.kafka = kafka
+        self.config = config
+        self.runner = runner
+        self.stats = stats
+        self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+        self.executions = asyncio.Semaphore(config.concurrency)
+        self.slot_freed = asyncio.Event()
+        self.tasks: dict[asyncio.Task[None], TopicPartition] = {}
+        self.consumer = AIOKafkaConsumer(
+            **kafka.client_kwargs(),
+            group_id=config.group_id,
+            group_instance_id=config.group_instance_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            max_poll_records=config.in_flight_limit,
+        )
+        self.producer = AIOKafkaProducer(
+            **kafka.client_kwargs(), acks="all", enable_idempotence=True, linger_ms=1
+        )
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
+        await self.producer.start()
+        try:
+            await self.consumer.start()
+            self.consumer.subscribe([self.kafka.topics.completions], listener=_Rebalance(self))
+            if ready is not None:
+                ready.set()
+            stop = asyncio.ensure_future(shutdown)
+            try:
+                await self._fetch_loop(stop)
+            finally:
+                stop.cancel()
+                await asyncio.shield(self._leave())
+        finally:
+            await self.producer.stop()
+
+    async def _leave(self) -> None:
+        """Stop fetching, drain in-flight work within the deadline, commit, leave."""
+        await self.drain(None)
+        try:
+            await self.consumer.stop()  # leaves the group so partitions move at once
+        except KafkaError:
+            log.exception("consumer stop failed")
+
+    async def drain(self, partitions: list[TopicPartition] | None) -> None:
+        """Wait for in-flight records (of ``partitions``, or all), then commit."""
+        pending = [t for t, tp in self.tasks.items() if partitions is None or tp in partitions]
+        if pending:
+            _done, late = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
+            for task in late:  # their offsets stay uncommitted: another member redoes them
+                task.cancel()
+            if late:
+                log.warning("drain deadline passed: %d executions cancelled", len(late))
+                await asyncio.gather(*late, return_exceptions=True)
+        await self.commit()
+        if partitions is not None:
+            self.tracker.forget(partitions)
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _fetch_loop(self, stop: asyncio.Future[None]) -> None:
+        last_commit = time.monotonic()
+        while not stop.done():
+            await self._wait_for_room(stop)
+            if stop.done():
+                break
+            room = self.config.in_flight_limit - len(self.tasks)
+            batches = await self.consumer.getmany(timeout_ms=200, max_records=room)
+            for tp, records in batches.items():
+                for record in records:
+                    self._start(tp, record)
+            if time.monotonic() - last_commit >= self.config.commit_interval_s:
+                await self.commit()
+                last_commit = time.monotonic()
+
+    async def _wait_for_room(self, stop: asyncio.Future[None]) -> None:
+        """Backpressure: with the in-flight limit reached, pause fetching until a slot frees."""
+        if len(self.tasks) < self.config.in_flight_limit:
+            return
+        assigned = list(self.consumer.assignment())
+        self.consumer.pause(*assigned)
+        self.stats.paused += 1
+        try:
+            while len(self.tasks) >= self.config.in_flight_limit and not stop.done():
+                self.slot_freed.clear()
+                freed = asyncio.ensure_future(self.slot_freed.wait())
+                await asyncio.wait([freed, stop], return_when=asyncio.FIRST_COMPLETED)
+                freed.cancel()
+                await self.commit()
+        finally:
+            self.consumer.resume(*[tp for tp in assigned if tp in self.consumer.assignment()])
+
+    def _start(self, tp: TopicPartition, record: Any) -> None:
+        self.stats.consumed += 1
+        self.tracker.started(tp, record.offset)
+        task = asyncio.create_task(self._handle(tp, record))
+        self.tasks[task] = tp
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(task, None)
+        self.slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("record handler failed", exc_info=task.exception())
+
+    async def commit(self) -> None:
+        assigned = self.consumer.assignment()
+        offsets = {tp: o for tp, o in self.tracker.committable().items() if tp in assigned}
+        if not offsets:
+            return
+        try:
+            await self.consumer.commit(offsets)
+        except KafkaError as exc:  # a rebalance raced us; the new owner redoes the rest
+            log.warning("commit failed: %s", exc)
+            return
+        self.tracker.mark_committed(offsets)
+
+    # -- one record ------------------------------------------------------------
+
+    async def _handle(self, tp: TopicPartition, record: Any) -> None:
+        attrs = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": record.topic,
+            "messaging.destination.partition.id": str(record.partition),
+            "messaging.kafka.offset": record.offset,
+            "messaging.consumer.group.name": self.config.group_id,
+            "rewardbus.worker_id": self.config.worker_id,
+        }
+        with tracer.start_as_current_span(
+            "judge completion",
+            context=extract_context(record.headers),
+            kind=SpanKind.CONSUMER,
+            attributes=attrs,
+        ) as span:
+            try:
+                await self._judge(record, span)
+            finally:
+                self.tracker.done(tp, record.offset)
+
+    async def _judge(self, record: Any, span: trace.Span) -> None:
+        queue_ms = max(0.0, time.time() * 1000 - record.timestamp)
+        _queue_span(queue_ms)
+        try:
+            completion = decode(record.value, Completion)
+        except SchemaError as exc:
+            await self._dead_letter(record, exc.reason, "SchemaError", "decode")
+            span.set_status(Status(StatusCode.ERROR, exc.reason))
+            return
+        span.set_attribute("rewardbus.sample_id", completion.sample_id)
+        span.set_attribute("rewardbus.batch_id", completion.batch_id)
+        event = await self._execute(record, completion)
+        if event is None:
+            return
+        event = msgspec.structs.replace(
+            event, queue_ms=round(queue_ms, 3), worker_id=self.config.worker_id
+        )
+        span.set_attribute("rewardbus.verdict", str(event.verdict))
+        span.set_attribute("rewardbus.score", event.score)
+        await self._emit_reward(event)
+
+    async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
+        async with self.executions:
+            try:
+                return await self.runner.run(completion)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure becomes a dead letter, never a crash
+                reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+                if not _is_invalid_input(exc):
+                    log.exception("executor failed on %s", completion.sample_id)
+                await self._dead_letter(record, str(reason), type(exc).__name__, "execute")
+                return None
+
+    async def _emit_reward(self, event: RewardEvent) -> None:
+        topic = self.kafka.topics.rewards
+        with tracer.start_as_current_span(
+            "emit reward",
+            kind=SpanKind.PRODUCER,
+            attributes={"messaging.system": "kafka", "messaging.destination.name": topic},
+        ):
+            headers = inject_context([CONTENT_TYPE])
+            await self._produce(topic, encode(event), event.batch_id.encode(), headers)
+        self.stats.rewarded += 1
+        self.stats.verdicts[str(event.verdict)] += 1
+
+    async def _dead_letter(self, record: Any, reason: str, error_type: str, stage: str) -> None:
+        letter = DeadLetter(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value or b"",
+            reason=reason,
+            error_type=error_type,
+            stage=stage,
+            service=f"sandbox-worker:{self.config.worker_id}",
+        )
+        log.warning("dead letter %s:%d@%d: %s", record.topic, record.partition, record.offset, reason)
+        await self._produce(self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE])
+        self.stats.dead_lettered += 1
+
+    async def _produce(
+        self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> None:
+        """Produce and wait for the ack, retrying until it lands (the offset waits on it)."""
+        while True:
+            try:
+                await self.producer.send_and_wait(topic, value, key=key, headers=headers)
+                return
+            except KafkaError as exc:
+                log.warning("produce to %s failed (%s); retrying", topic, exc)
+                await asyncio.sleep(self.config.produce_retry_backoff_s)
+
+
+def _queue_span(queue_ms: float) -> None:
+    """Record the time the record waited in Kafka (produce to fetch) as its own span."""
+    end = time.time_ns()
+    span = tracer.start_span(
+        "queue wait",
+        start_time=end - int(queue_ms * 1e6),
+        attributes={"rewardbus.queue_ms": queue_ms},
+    )
+    span.end(end_time=end)
+
+
+def _is_invalid_input(exc: BaseException) -> bool:
+    return type(exc).__name__ in {"InvalidCompletion", "SchemaError"}
+
+
+async def run_worker(
+    kafka: KafkaSettings,
+    config: WorkerConfig,
+    runner: CompletionRunner,
+    *,
+    shutdown: Awaitable[None],
+    ready: asyncio.Event | None = None,
+    stats: WorkerStats | None = None,
+) -> WorkerStats:
+    """Consume completions and emit rewards until ``shutdown`` resolves, then drain and leave."""
+    stats = stats if stats is not None else WorkerStats()
+    worker = _Worker(kafka, config, runner, stats)
+    await worker.run(shutdown, ready)
+    log.info(
+        "worker %s done: consumed=%d rewarded=%d dead_lettered=%d",
+        config.worker_id,
+        stats.consumed,
+        stats.rewarded,
+        stats.dead_lettered,
+    )
+    return stats
