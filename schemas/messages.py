@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -144,6 +144,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
 class TestOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The result of one test case."""
+
+    # Keeps pytest from mistaking this struct for a test class.
+    __test__: ClassVar[bool] = False
 
     index: int
     verdict: Verdict
