@@ -1,0 +1,30 @@
+"""``rewardbus doctor``: which isolation layers and languages work on this host, and why not."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox, detect_layers
+
+__all__ = ["report"]
+
+
+def report(out: TextIO) -> int:
+    """Print the layer and language table; 0 when strict mode can run here."""
+    config = JailConfig(strict=False)
+    layers = detect_layers(config)
+    out.write("isolation layers\n")
+    for layer in layers:
+        mark = "ok  " if layer.active else "MISSING"
+        out.write(f"  {mark:8} {layer.name:14} {layer.detail}\n")
+    sandbox = JailSandbox(config)
+    executor = Executor(ExecutorConfig(worker_id="doctor"), sandbox)
+    out.write("languages\n")
+    for language, version in sorted(executor.languages.items()):
+        out.write(f"  ok       {language:14} {version}\n")
+    missing = [layer.name for layer in layers if not layer.active]
+    if missing:
+        out.write(f"strict mode: REFUSES to start (missing: {', '.join(missing)})\n")
+        return 1
+    out.write("strict mode: ready (every layer active)\n")
+    return 0

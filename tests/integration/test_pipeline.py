@@ -1,0 +1,252 @@
+"""The whole path on the real broker: producer → sandbox workers → aggregator → learner."""
+
+from __future__ import annotations
+
+import asyncio
+
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from producers import RolloutProducer
+from rewardbus.topics import ensure_topics
+from rewardbus.wiring import SandboxOptions, build_executor
+from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
+from schemas import (
+    BatchManifest,
+    Completion,
+    DeadLetter,
+    IoSuite,
+    KafkaSettings,
+    RewardEvent,
+    ScoredBatch,
+    decode,
+)
+
+pytestmark = pytest.mark.integration
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+SUB = "a, b = map(int, input().split())\nprint(a - b)\n"
+SLOW_ADD = "import time\ntime.sleep(0.3)\n" + ADD
+
+
+def _completions(batch_id: str, n: int, *, code: Callable[[int], str]) -> list[Completion]:
+    suite = IoSuite(inputs=["2 3\n", "10 -4\n"], outputs=["5\n", "6\n"])
+    return [
+        Completion(
+            sample_id=f"{batch_id}-s{i:03d}",
+            batch_id=batch_id,
+            group_id=f"{batch_id}-g{i // 5}",
+            code=code(i),
+            tests=suite,
+        )
+        for i in range(n)
+    ]
+
+
+def _manifest(batch_id: str, completions: list[Completion], deadline_s: float = 120) -> BatchManifest:
+    return BatchManifest(
+        batch_id=batch_id,
+        sample_ids=[c.sample_id for c in completions],
+        group_ids=[c.group_id for c in completions],
+        group_size=5,
+        deadline=time.time() + deadline_s,
+    )
+
+
+async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def _running(coro_factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]]) -> AsyncIterator[None]:
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ready = asyncio.Event()
+    task = asyncio.ensure_future(coro_factory(stop, ready))
+    waiter = asyncio.ensure_future(ready.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=60)
+    if task.done():
+        task.result()
+    try:
+        yield
+    finally:
+        if not stop.done():
+            stop.set_result(None)
+        await asyncio.wait_for(task, timeout=60)
+
+
+def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats | None = None):  # type: ignore[no-untyped-def]
+    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
+
+    def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
+        return run_worker(
+            kafka,
+            WorkerConfig(group_id="workers", worker_id=worker_id, concurrency=1),
+            executor,
+            shutdown=stop,
+            ready=ready,
+            stats=stats,
+        )
+
+    return start
+
+
+def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
+    def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
+        return run_aggregator(kafka, AggregatorConfig(group_id="agg"), shutdown=stop, ready=ready)
+
+    return start
+
+
+async def _read_all(kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout: float = 60) -> list[bytes]:
+    consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs(), auto_offset_reset="earliest")
+    await consumer.start()
+    values: list[bytes] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while not until(values):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out reading {topic}: {len(values)} records")
+            batches = await consumer.getmany(timeout_ms=200)
+            values.extend(r.value for records in batches.values() for r in records)
+    finally:
+        await consumer.stop()
+    return values
+
+
+async def test_fifty_completions_two_workers_each_scored_exactly_once(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    good = _completions("b1", 50, code=lambda i: ADD if i % 2 == 0 else SUB)
+    stats = [WorkerStats(), WorkerStats()]
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "w1", stats[0])),
+        _running(_worker(kafka, "w2", stats[1])),
+        ScoredBatches(kafka, group_id="learner") as learner,
+    ):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_manifest(_manifest("b1", good))
+            await producer.publish_many(good)
+        batch = await learner.get("b1", timeout=120)
+    assert batch.complete
+    assert batch.missing == []
+    assert [s.sample_id for s in batch.samples] == [c.sample_id for c in good]
+    scores = {s.sample_id: s.score for s in batch.samples}
+    assert all(scores[c.sample_id] == (1.0 if i % 2 == 0 else 0.0) for i, c in enumerate(good))
+    # Both group members did work, and between them each sample exactly once.
+    assert stats[0].rewarded > 0 and stats[1].rewarded > 0
+    assert stats[0].rewarded + stats[1].rewarded == 50
+    for group in batch.groups.values():
+        assert group.count == 5
+
+
+async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_going(
+    kafka: KafkaSettings,
+) -> None:
+    await ensure_topics(kafka, partitions=4)
+    good = _completions("b2", 6, code=lambda i: ADD)
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id="learner") as learner,
+    ):
+        raw = AIOKafkaProducer(**kafka.client_kwargs())
+        await raw.start()
+        try:
+            await raw.send_and_wait(kafka.topics.completions, b"\xc1\x00garbage", key=b"junk")
+            await raw.send_and_wait(kafka.topics.completions, b'{"json": "not msgpack"}', key=b"j2")
+        finally:
+            await raw.stop()
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_manifest(_manifest("b2", good))
+            await producer.publish_many(good)
+        batch = await learner.get("b2", timeout=90)
+    assert batch.complete and all(s.score == 1.0 for s in batch.samples)
+    letters = [decode(v, DeadLetter) for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)]
+    assert {letter.key for letter in letters} == {b"junk", b"j2"}
+    assert all(letter.stage == "decode" and "Completion" in letter.reason for letter in letters)
+    assert b"\xc1\x00garbage" in {letter.value for letter in letters}
+
+
+async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    work = _completions("b3", 30, code=lambda i: SLOW_ADD)
+    argv = [
+        sys.executable, "-m", "rewardbus", "worker",
+        "--bootstrap-servers", kafka.bootstrap_servers,
+        "--topic-prefix", kafka.topics.prefix,
+        "--group-id", "sigterm-workers",
+    ]  # fmt: skip
+    procs = [
+        await asyncio.create_subprocess_exec(*argv, "--worker-id", f"p{i}", stdout=asyncio.subprocess.PIPE)
+        for i in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+            assert b"ready" in line
+        async with _running(_aggregator(kafka)), ScoredBatches(kafka, group_id="learner") as learner:
+            async with RolloutProducer(kafka) as producer:
+                await producer.publish_manifest(_manifest("b3", work))
+                await producer.publish_many(work)
+            seen: list[bytes] = await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 5)
+            assert len(seen) >= 5
+            procs[0].send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(procs[0].wait(), timeout=60) == 0
+            batch = await learner.get("b3", timeout=120)
+        assert batch.complete and batch.missing == []
+        assert all(s.score == 1.0 for s in batch.samples)
+        rewards = [decode(v, RewardEvent) for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 30)]
+        counts = Counter(r.sample_id for r in rewards)
+        assert set(counts) == {c.sample_id for c in work}
+        # The drained worker finished what it had; nothing was abandoned.
+        assert {r.worker_id for r in rewards} == {"p0", "p1"}
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), timeout=60)
+
+
+async def test_one_sample_trace_spans_producer_worker_and_aggregator(
+    kafka: KafkaSettings, span_exporter: object
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    assert isinstance(span_exporter, InMemorySpanExporter)
+    await ensure_topics(kafka, partitions=4)
+    one = _completions("b4", 1, code=lambda i: ADD)
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id="learner") as learner,
+    ):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_manifest(_manifest("b4", one))
+            await producer.publish_many(one)
+        await learner.get("b4", timeout=60)
+    spans = span_exporter.get_finished_spans()
+    publish = next(
+        s for s in spans
+        if s.name == "publish completion" and s.attributes.get("rewardbus.sample_id") == one[0].sample_id
+    )  # fmt: skip
+    trace_id = publish.context.trace_id
+    in_trace = {s.name for s in spans if s.context.trace_id == trace_id}
+    assert {"publish completion", "judge completion", "queue wait", "emit reward"} <= in_trace
+    assert any(name.startswith("aggregate") for name in in_trace), in_trace
+    # The batch span is its own trace and links back to the sample.
+    emit = [s for s in spans if s.name == "emit scored batch"]
+    assert any(link.context.trace_id == trace_id for s in emit for link in s.links)
+
