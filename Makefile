@@ -26,6 +26,7 @@ kafka-jars: $(KAFKA_LIB)/.complete
 $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 	@command -v java >/dev/null || { echo "error: java not found: install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "error: mvn not found: install Maven (apt-get install maven)"; exit 1; }
+	rm -rf $(KAFKA_LIB)
 	mkdir -p $(KAFKA_LIB)
 	mvn -q -B -f infra/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) \
 	    dependency:copy-dependencies -DoutputDirectory=$(KAFKA_LIB) -DincludeScope=runtime

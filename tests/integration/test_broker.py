@@ -6,6 +6,7 @@ import asyncio
 import os
 import select
 import shutil
+import signal
 import socket
 import sys
 import uuid
@@ -144,12 +145,13 @@ def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
     assert not data_dir.exists()
 
 
-def test_kept_data_dir_survives_a_restart(tmp_path: Path) -> None:
+async def test_kept_data_dir_survives_a_restart(tmp_path: Path) -> None:
     config = BrokerConfig(data_dir=tmp_path / "kafka")
-    with EmbeddedBroker(config) as broker:
-        topic = asyncio.run(_create_topic(broker.bootstrap_servers))
-    with EmbeddedBroker(config) as broker:
-        assert asyncio.run(_round_trip(broker.bootstrap_servers, topic, b"again")) == b"again"
+    async with EmbeddedBroker(config) as broker:
+        topic = await _create_topic(broker.bootstrap_servers)
+    # Picked afresh, the ports differ from the first run's: the stored cluster must not care.
+    async with EmbeddedBroker(config) as broker:
+        assert await _round_trip(broker.bootstrap_servers, topic, b"again") == b"again"
     assert (tmp_path / "kafka" / "broker.log").exists()
 
 
@@ -157,9 +159,11 @@ def test_a_broker_that_dies_at_start_up_reports_its_log(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        config = BrokerConfig(port=taken.getsockname()[1], data_dir=tmp_path / "kafka")
+        config = BrokerConfig(controller_port=taken.getsockname()[1], data_dir=tmp_path / "kafka")
         broker = EmbeddedBroker(config)
-        with pytest.raises(BrokerError, match=r"(?s)exited with status.*Address already in use"):
+        with pytest.raises(
+            BrokerError, match=r"(?s)exited with status 1 during start-up.*Address already in use"
+        ):
             broker.start()
     assert not broker.running
     assert _processes_mentioning(str(tmp_path)) == []
@@ -178,6 +182,30 @@ async def test_serve_runs_until_shutdown() -> None:
     )
     assert len(addresses) == 1
     assert addresses[0].startswith("127.0.0.1:")
+
+
+async def test_serve_aborts_a_start_up_when_shutdown_comes_first(tmp_path: Path) -> None:
+    ready: list[str] = []
+    config = BrokerConfig(data_dir=tmp_path / "kafka")
+    await asyncio.wait_for(serve(config, shutdown=asyncio.sleep(0), on_ready=ready.append), 60)
+    assert ready == []
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+async def test_serve_reports_a_broker_that_exits_on_its_own(tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    def kill_the_broker(bootstrap: str) -> None:
+        killed.extend(_processes_mentioning(str(tmp_path)))
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+
+    config = BrokerConfig(data_dir=tmp_path / "kafka")
+    never = asyncio.get_running_loop().create_future()
+    with pytest.raises(BrokerError, match=r"exited unexpectedly with status -9"):
+        await asyncio.wait_for(serve(config, shutdown=never, on_ready=kill_the_broker), 120)
+    assert len(killed) == 1
+    assert never.cancelled()
 
 
 async def test_broker_dies_with_its_python_parent(tmp_path: Path) -> None:
@@ -204,14 +232,16 @@ async def test_broker_dies_with_its_python_parent(tmp_path: Path) -> None:
     assert parent.stdout is not None
     try:
         line = await asyncio.wait_for(parent.stdout.readline(), timeout=90)
-        pid_text, data_dir = line.decode().split(maxsplit=1)
-        java_pid = int(pid_text)
     finally:
         parent.kill()
         await parent.wait()
+    pid_text, data_dir = line.decode().split(maxsplit=1)
+    java_pid = int(pid_text)
     try:
         assert await asyncio.to_thread(_exited_within, java_pid, 30)
     finally:
+        if not _exited_within(java_pid, 0):
+            os.kill(java_pid, signal.SIGKILL)  # never leak a broker, even from a failing test
         # A killed parent cannot remove its temporary data directory.
         shutil.rmtree(data_dir.strip(), ignore_errors=True)
 
