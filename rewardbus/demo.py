@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -92,7 +90,9 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
         await stack.enter_async_context(_aggregator(kafka))
         samples = humaneval_samples(limit=options.limit)
         progress = _Progress(total=len(samples))
-        work = asyncio.ensure_future(_publish_and_collect(kafka, options, samples, progress, run_id))
+        work = asyncio.ensure_future(
+            _publish_and_collect(kafka, options, samples, progress, run_id)
+        )
         stop = asyncio.ensure_future(shutdown)
         await asyncio.wait([work, stop], timeout=options.timeout_s, return_when="FIRST_COMPLETED")
         stop.cancel()
@@ -380,4 +380,3 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
     print("\n".join(lines), flush=True)
     if as_json:
         print(json.dumps(summary, sort_keys=True), flush=True)
-

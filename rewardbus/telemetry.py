@@ -43,7 +43,9 @@ def configure_tracing(
     if endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        traces_url = endpoint if endpoint.endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
+        traces_url = (
+            endpoint if endpoint.endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
+        )
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url)))
     for processor in processors or []:
         provider.add_span_processor(processor)

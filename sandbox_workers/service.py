@@ -272,7 +272,7 @@ class _Worker:
                 return await self.runner.run(completion)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any failure becomes a dead letter, never a crash
+            except Exception as exc:
                 reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
                 if not _is_invalid_input(exc):
                     log.exception("executor failed on %s", completion.sample_id)
@@ -303,7 +303,9 @@ class _Worker:
             stage=stage,
             service=f"sandbox-worker:{self.config.worker_id}",
         )
-        log.warning("dead letter %s:%d@%d: %s", record.topic, record.partition, record.offset, reason)
+        log.warning(
+            "dead letter %s:%d@%d: %s", record.topic, record.partition, record.offset, reason
+        )
         await self._produce(self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE])
         self.stats.dead_lettered += 1
 

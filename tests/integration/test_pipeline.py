@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 import signal
 import sys
 import time
@@ -26,7 +25,6 @@ from schemas import (
     IoSuite,
     KafkaSettings,
     RewardEvent,
-    ScoredBatch,
     decode,
 )
 
@@ -51,7 +49,9 @@ def _completions(batch_id: str, n: int, *, code: Callable[[int], str]) -> list[C
     ]
 
 
-def _manifest(batch_id: str, completions: list[Completion], deadline_s: float = 120) -> BatchManifest:
+def _manifest(
+    batch_id: str, completions: list[Completion], deadline_s: float = 120
+) -> BatchManifest:
     return BatchManifest(
         batch_id=batch_id,
         sample_ids=[c.sample_id for c in completions],
@@ -70,7 +70,9 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> No
 
 
 @asynccontextmanager
-async def _running(coro_factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]]) -> AsyncIterator[None]:
+async def _running(
+    coro_factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
+) -> AsyncIterator[None]:
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     ready = asyncio.Event()
     task = asyncio.ensure_future(coro_factory(stop, ready))
@@ -109,7 +111,9 @@ def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
     return start
 
 
-async def _read_all(kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout: float = 60) -> list[bytes]:
+async def _read_all(
+    kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout: float = 60
+) -> list[bytes]:
     consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs(), auto_offset_reset="earliest")
     await consumer.start()
     values: list[bytes] = []
@@ -173,7 +177,10 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
             await producer.publish_many(good)
         batch = await learner.get("b2", timeout=90)
     assert batch.complete and all(s.score == 1.0 for s in batch.samples)
-    letters = [decode(v, DeadLetter) for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)]
+    letters = [
+        decode(v, DeadLetter)
+        for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)
+    ]
     assert {letter.key for letter in letters} == {b"junk", b"j2"}
     assert all(letter.stage == "decode" and "Completion" in letter.reason for letter in letters)
     assert b"\xc1\x00garbage" in {letter.value for letter in letters}
@@ -189,7 +196,9 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
         "--group-id", "sigterm-workers",
     ]  # fmt: skip
     procs = [
-        await asyncio.create_subprocess_exec(*argv, "--worker-id", f"p{i}", stdout=asyncio.subprocess.PIPE)
+        await asyncio.create_subprocess_exec(
+            *argv, "--worker-id", f"p{i}", stdout=asyncio.subprocess.PIPE
+        )
         for i in range(2)
     ]
     try:
@@ -197,7 +206,10 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
             assert proc.stdout is not None
             line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
             assert b"ready" in line
-        async with _running(_aggregator(kafka)), ScoredBatches(kafka, group_id="learner") as learner:
+        async with (
+            _running(_aggregator(kafka)),
+            ScoredBatches(kafka, group_id="learner") as learner,
+        ):
             async with RolloutProducer(kafka) as producer:
                 await producer.publish_manifest(_manifest("b3", work))
                 await producer.publish_many(work)
@@ -208,7 +220,10 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
             batch = await learner.get("b3", timeout=120)
         assert batch.complete and batch.missing == []
         assert all(s.score == 1.0 for s in batch.samples)
-        rewards = [decode(v, RewardEvent) for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 30)]
+        rewards = [
+            decode(v, RewardEvent)
+            for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 30)
+        ]
         counts = Counter(r.sample_id for r in rewards)
         assert set(counts) == {c.sample_id for c in work}
         # The drained worker finished what it had; nothing was abandoned.
@@ -249,4 +264,3 @@ async def test_one_sample_trace_spans_producer_worker_and_aggregator(
     # The batch span is its own trace and links back to the sample.
     emit = [s for s in spans if s.name == "emit scored batch"]
     assert any(link.context.trace_id == trace_id for s in emit for link in s.links)
-

@@ -31,7 +31,9 @@ def test_forgotten_partitions_are_not_committed() -> None:
 
 
 @given(st.permutations(list(range(20))), st.integers(min_value=0, max_value=20))
-def test_committed_offset_never_passes_an_unfinished_record(order: list[int], finished: int) -> None:
+def test_committed_offset_never_passes_an_unfinished_record(
+    order: list[int], finished: int
+) -> None:
     tracker: OffsetTracker[str] = OffsetTracker()
     for offset in range(20):
         tracker.started("p", offset)

@@ -191,7 +191,9 @@ def test_json_lines_use_the_same_field_names() -> None:
 
 @given(suites)
 def test_suite_digest_is_stable_and_content_sensitive(suite: IoSuite | AssertSuite) -> None:
-    assert suite_digest(suite) == suite_digest(decode(encode(Completion(sample_id="x", tests=suite)), Completion).tests)  # type: ignore[arg-type]
+    assert suite_digest(suite) == suite_digest(
+        decode(encode(Completion(sample_id="x", tests=suite)), Completion).tests
+    )  # type: ignore[arg-type]
     changed = msgspec.structs.replace(suite, stop_on_first_failure=not suite.stop_on_first_failure)
     assert suite_digest(changed) != suite_digest(suite)
 
