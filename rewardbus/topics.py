@@ -12,6 +12,10 @@ from schemas import KafkaSettings
 __all__ = ["ensure_topics"]
 
 _COMPACTED = {"cleanup.policy": "compact"}
+# Fingerprints are unbounded (every distinct program adds one), and every worker
+# replays the topic at start-up: compaction alone would let it grow forever, so
+# entries also expire after a week (docs/result-cache.md).
+_RESULT_CACHE = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 
 
 async def ensure_topics(
@@ -21,7 +25,8 @@ async def ensure_topics(
 
     Rewards, manifests and scored batches share one partition count so that one
     aggregator instance sees everything about a batch. The problems topic and the
-    aggregator's state topic are compacted (latest value per key).
+    aggregator's state topic are compacted (latest value per key); the result
+    cache is compacted and its entries expire.
     """
     t = kafka.topics
     wanted = [
@@ -32,6 +37,7 @@ async def ensure_topics(
         NewTopic(t.dlq, 1, replication_factor),
         NewTopic(t.problems, partitions, replication_factor, topic_configs=_COMPACTED),
         NewTopic(t.aggregator_state, partitions, replication_factor, topic_configs=_COMPACTED),
+        NewTopic(t.result_cache, partitions, replication_factor, topic_configs=_RESULT_CACHE),
     ]
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()

@@ -3,6 +3,7 @@
 This package imports nothing else of rewardbus; every other package imports it.
 """
 
+from schemas.cache import CachedResult
 from schemas.codec import SchemaError, decode, decode_json, encode, encode_json, suite_digest
 from schemas.headers import CONTENT_TYPE, Headers, extract_context, header, inject_context
 from schemas.messages import (
@@ -25,13 +26,24 @@ from schemas.messages import (
     Verdict,
 )
 from schemas.settings import KafkaSettings
+from schemas.state import (
+    AggregatorRecord,
+    BatchRecord,
+    SampleRecord,
+    decode_state,
+    encode_state,
+    state_key,
+)
 from schemas.topics import Topics
 
 __all__ = [
     "CONTENT_TYPE",
     "SCHEMA_VERSION",
+    "AggregatorRecord",
     "AssertSuite",
     "BatchManifest",
+    "BatchRecord",
+    "CachedResult",
     "CheckerProgram",
     "CheckerSuite",
     "Completion",
@@ -43,6 +55,7 @@ __all__ = [
     "Limits",
     "ProblemRecord",
     "RewardEvent",
+    "SampleRecord",
     "SchemaError",
     "ScoredBatch",
     "ScoredSample",
@@ -52,10 +65,13 @@ __all__ = [
     "Verdict",
     "decode",
     "decode_json",
+    "decode_state",
     "encode",
     "encode_json",
+    "encode_state",
     "extract_context",
     "header",
     "inject_context",
+    "state_key",
     "suite_digest",
 ]

@@ -42,6 +42,10 @@ class Topics:
         return f"{self.prefix}rewardbus.problems"
 
     @property
+    def result_cache(self) -> str:
+        return f"{self.prefix}rewardbus.result-cache"
+
+    @property
     def aggregator_state(self) -> str:
         return f"{self.prefix}rewardbus.aggregator-state"
 
@@ -55,4 +59,5 @@ class Topics:
             self.dlq,
             self.problems,
             self.aggregator_state,
+            self.result_cache,
         )

@@ -1,0 +1,215 @@
+"""The cluster-wide result cache on the real broker: workers share what they judged."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import timeit
+from collections.abc import Callable
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from rewardbus.topics import ensure_topics
+from sandbox_workers.cache import ClusterResultCache, LocalResultCache, to_cached
+from sandbox_workers.fingerprint import fingerprint
+from schemas import (
+    CachedResult,
+    Completion,
+    IoSuite,
+    KafkaSettings,
+    Limits,
+    RewardEvent,
+    TestOutcome,
+    Verdict,
+    encode,
+    suite_digest,
+)
+
+pytestmark = pytest.mark.integration
+
+SUITE = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
+
+
+def fp_of(code: str) -> str:
+    return fingerprint("python", code, suite_digest(SUITE), Limits(), "test-runtime/1")
+
+
+def accepted(sample_id: str = "s0") -> RewardEvent:
+    return RewardEvent(
+        sample_id=sample_id,
+        batch_id="b0",
+        score=1.0,
+        verdict=Verdict.ACCEPTED,
+        passed=1,
+        total=1,
+        tests=[TestOutcome(index=0, verdict=Verdict.ACCEPTED, wall_ms=12.5)],
+        stdout_tail="5\n",
+        exec_ms=40.0,
+        worker_id="w-a",
+    )
+
+
+def new_cache(kafka: KafkaSettings, worker_id: str) -> ClusterResultCache:
+    return ClusterResultCache(kafka, LocalResultCache(16 << 20), worker_id=worker_id)
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it holds or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+async def topic_config(kafka: KafkaSettings, topic: str) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    finally:
+        await admin.close()
+    (resource,) = responses[0].resources
+    return {entry[0]: entry[1] for entry in resource[4]}
+
+
+async def test_result_cache_topic_is_compacted_and_expires(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    config = await topic_config(kafka, kafka.topics.result_cache)
+    assert set(config["cleanup.policy"].split(",")) == {"compact", "delete"}
+    assert int(config["retention.ms"]) == 7 * 24 * 3600 * 1000
+
+
+async def test_a_result_put_on_one_worker_is_a_hit_on_another(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    fp = fp_of("print(5)\n")
+    async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
+        assert await b.get(fp) is None
+        assert await a.put(fp, accepted())
+        await until(lambda: fp in b.local, 30, "the entry to reach worker b")
+        shared = await b.get(fp)
+        assert shared == await a.get(fp)
+        assert isinstance(shared, CachedResult)
+        assert (shared.score, shared.verdict, shared.tests) == (
+            1.0,
+            Verdict.ACCEPTED,
+            accepted().tests,
+        )
+        assert shared.worker_id == "w-a"
+
+        # On b it is a hit for a new sample, without computing anything.
+        async def never() -> RewardEvent:
+            raise AssertionError("a hit must not execute")
+
+        reward, hit = await b.get_or_compute(fp, Completion(sample_id="s9", batch_id="b9"), never)
+        assert hit
+        assert (reward.sample_id, reward.batch_id, reward.cache_hit) == ("s9", "b9", True)
+
+
+async def test_a_late_worker_loads_earlier_entries(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    fps = [fp_of(f"print({i})\n") for i in range(20)]
+    async with new_cache(kafka, "w-a") as a:
+        for fp in fps:
+            await a.put(fp, accepted())
+        await until(lambda: a.stats.produced == len(fps), 30, "the broker to ack every entry")
+    async with new_cache(kafka, "w-late") as late:
+        await late.wait_caught_up(30)
+        assert all(fp in late.local for fp in fps)
+        assert late.stats.loaded == len(fps)
+
+
+async def test_start_up_replays_only_what_the_local_cache_can_hold(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    fps = [fp_of(f"print({i})\n") for i in range(200)]
+    async with new_cache(kafka, "w-a") as a:
+        for fp in fps:
+            await a.put(fp, accepted())
+        await until(lambda: a.stats.produced == len(fps), 30, "the broker to ack every entry")
+    # Room for about ten entries: the replay reads tens of records, not all 200.
+    small = ClusterResultCache(kafka, LocalResultCache(max_bytes=10 * 340), worker_id="w-small")
+    async with small:
+        await small.wait_caught_up(30)
+        assert 10 <= small.stats.loaded < 100
+        assert small.local.size_bytes <= small.local.max_bytes
+        assert len(small.local) >= 5
+
+
+async def test_only_trustworthy_entries_are_shared(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    refused = fp_of("while True: pass\n")
+    forged = fp_of("import os\n")
+    good = fp_of("print(5)\n")
+    producer = AIOKafkaProducer(**kafka.client_kwargs())
+    await producer.start()
+    try:
+        topic = kafka.topics.result_cache
+        # Garbage, a forged time limit, a key that is not the entry's fingerprint.
+        await producer.send_and_wait(topic, b"\xc1 not msgpack", key=b"garbage")
+        timed_out = RewardEvent(sample_id="x", verdict=Verdict.TIME_LIMIT)
+        await producer.send_and_wait(
+            topic, encode(to_cached(forged, timed_out)), key=forged.encode()
+        )
+        await producer.send_and_wait(topic, encode(to_cached(good, accepted())), key=b"other")
+    finally:
+        await producer.stop()
+    async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
+        assert not await a.put(refused, RewardEvent(sample_id="y", verdict=Verdict.TIME_LIMIT))
+        assert await a.put(good, accepted())
+        await until(lambda: a.stats.produced == 1, 30, "the broker to ack the entry")
+        await b.wait_caught_up(30)
+        assert good in b.local
+        assert refused not in b.local
+        assert forged not in b.local
+        assert b.stats.corrupt == 3
+
+
+async def test_a_tombstone_withdraws_an_entry(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    fp = fp_of("print(5)\n")
+    async with new_cache(kafka, "w-a") as a:
+        await a.put(fp, accepted())
+        await until(lambda: a.stats.produced == 1, 30, "the broker to ack the entry")
+        await a.wait_caught_up(30)
+        producer = AIOKafkaProducer(**kafka.client_kwargs())
+        await producer.start()
+        try:
+            await producer.send_and_wait(kafka.topics.result_cache, None, key=fp.encode())
+        finally:
+            await producer.stop()
+        await a.wait_caught_up(30)
+        assert fp not in a.local
+
+
+async def test_wait_caught_up_needs_a_started_cache(kafka: KafkaSettings) -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        await new_cache(kafka, "w-a").wait_caught_up(1)
+
+
+async def test_cross_worker_visibility_latency(kafka: KafkaSettings) -> None:
+    """The numbers behind docs/result-cache.md (run with -s to see them)."""
+    await ensure_topics(kafka, partitions=4)
+    latencies_ms: list[float] = []
+    async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
+        await b.wait_caught_up(30)
+        for i in range(200):
+            fp = fp_of(f"print({i})\n")
+            started = time.perf_counter()
+            await a.put(fp, accepted())
+            await until(lambda fp=fp: fp in b.local, 30, "the entry to reach worker b")  # type: ignore[misc]
+            latencies_ms.append((time.perf_counter() - started) * 1000)
+        local = b.local
+        some = fp_of("print(7)\n")
+        per_get_us = min(timeit.repeat(lambda: local.get(some), number=100_000, repeat=5)) * 10
+    latencies_ms.sort()
+    p50 = statistics.median(latencies_ms)
+    p99 = latencies_ms[int(len(latencies_ms) * 0.99) - 1]
+    print(
+        f"\nresult cache: put on a -> visible on b: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+        f"max {latencies_ms[-1]:.1f} ms (n={len(latencies_ms)}); local get {per_get_us:.2f} us"
+    )
+    assert p50 < 1000  # generous: only a broken reader (polling, not waking) fails this
