@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from pathlib import Path
 
+from rewardbus import __version__
 from rewardbus.cli import _shutdown_future
 from rewardbus.settings import kafka_settings
 from rewardbus.telemetry import configure_tracing
@@ -55,6 +57,7 @@ async def worker(args: argparse.Namespace) -> int:
         group_id=args.group_id,
         concurrency=args.concurrency,
         group_instance_id=args.instance_id,
+        runtime_version=f"rewardbus-{__version__}",
         **({"worker_id": args.worker_id} if args.worker_id else {}),
     )
     executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id=config.worker_id))
@@ -133,6 +136,8 @@ async def demo(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
     )
+    if not args.verbose:  # the progress bar and summary are the demo's output
+        logging.getLogger("consumers").setLevel(logging.WARNING)
     _, flush = configure_tracing("rewardbus-demo", env=os.environ)
     try:
         return await run_demo(options, shutdown=_shutdown_future())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TextIO
 
-from sandbox_workers import Executor
+from sandbox_workers import Executor, InvalidCompletion
 from schemas import Completion, SchemaError, decode_json, encode_json
 
 __all__ = ["judge_lines"]
@@ -27,7 +27,17 @@ async def judge_lines(lines: Iterable[str], executor: Executor, *, out: TextIO) 
             out.write(encode_json({"line": number, "error": exc.reason}).decode() + "\n")
             status = 1
             continue
-        event = await executor.run(completion)
+        try:
+            event = await executor.run(completion)
+        except InvalidCompletion as exc:
+            out.write(
+                encode_json(
+                    {"line": number, "sample_id": completion.sample_id, "error": exc.reason}
+                ).decode()
+                + "\n"
+            )
+            status = 1
+            continue
         out.write(encode_json(event).decode() + "\n")
         out.flush()
     return status

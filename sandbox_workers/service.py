@@ -9,6 +9,7 @@ aggregator dedups the rare duplicate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -24,7 +25,12 @@ from aiokafka.errors import KafkaError
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from sandbox_workers.cache import ClusterResultCache, LocalResultCache
+from sandbox_workers.extract import extract_code
+from sandbox_workers.fingerprint import fingerprint
+from sandbox_workers.languages import lookup
 from sandbox_workers.offsets import OffsetTracker
+from sandbox_workers.problems import ProblemStore
 from schemas import (
     CONTENT_TYPE,
     Completion,
@@ -32,6 +38,7 @@ from schemas import (
     KafkaSettings,
     RewardEvent,
     SchemaError,
+    TestSuite,
     decode,
     encode,
     extract_context,
@@ -47,7 +54,12 @@ tracer = trace.get_tracer(__name__)
 class CompletionRunner(Protocol):
     """What the service needs of the executor."""
 
-    async def run(self, completion: Completion) -> RewardEvent: ...
+    @property
+    def languages(self) -> dict[str, str]:
+        """Language name -> toolchain version (part of every cache fingerprint)."""
+        ...
+
+    async def run(self, completion: Completion, suite: TestSuite | None = None) -> RewardEvent: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,11 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     produce_retry_backoff_s: float = 0.5
+    result_cache_bytes: int = 256 << 20  # 0 disables the result cache
+    problem_store_bytes: int = 1 << 30
+    # Anything besides the toolchain that shapes a reward (rewardbus and harness
+    # versions): part of every cache fingerprint, so an upgrade never serves stale verdicts.
+    runtime_version: str = ""
 
     @property
     def in_flight_limit(self) -> int:
@@ -77,6 +94,7 @@ class WorkerStats:
     consumed: int = 0
     rewarded: int = 0
     dead_lettered: int = 0
+    cache_hits: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     paused: int = 0
 
@@ -108,6 +126,8 @@ class _Worker:
         self.executions = asyncio.Semaphore(config.concurrency)
         self.slot_freed = asyncio.Event()
         self.tasks: dict[asyncio.Task[None], TopicPartition] = {}
+        self.problems: ProblemStore | None = None
+        self.cache: ClusterResultCache | None = None
         self.consumer = AIOKafkaConsumer(
             **kafka.client_kwargs(),
             group_id=config.group_id,
@@ -126,6 +146,21 @@ class _Worker:
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            self.problems = await stack.enter_async_context(
+                ProblemStore(self.kafka, max_bytes=self.config.problem_store_bytes)
+            )
+            if self.config.result_cache_bytes > 0:
+                self.cache = await stack.enter_async_context(
+                    ClusterResultCache(
+                        self.kafka,
+                        LocalResultCache(self.config.result_cache_bytes),
+                        worker_id=self.config.worker_id,
+                    )
+                )
+            await self._consume(shutdown, ready)
+
+    async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.producer.start()
         try:
             await self.consumer.start()
@@ -267,17 +302,51 @@ class _Worker:
         await self._emit_reward(event)
 
     async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
-        async with self.executions:
-            try:
-                return await self.runner.run(completion)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-                if not _is_invalid_input(exc):
-                    log.exception("executor failed on %s", completion.sample_id)
-                await self._dead_letter(record, str(reason), type(exc).__name__, "execute")
-                return None
+        """resolve tests → cache lookup or bounded execution; failures become dead letters."""
+        try:
+            suite, digest = await self._resolve(completion)
+            key = self._fingerprint(completion, digest)
+
+            async def compute() -> RewardEvent:
+                async with self.executions:  # cache hits never hold an execution slot
+                    return await self.runner.run(completion, suite)
+
+            if key is None or self.cache is None:
+                return await compute()
+            event, hit = await self.cache.get_or_compute(key, completion, compute)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a dead letter, never a crash
+            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+            if getattr(exc, "retriable", True):
+                log.exception("judging %s failed", completion.sample_id)
+            await self._dead_letter(record, str(reason), type(exc).__name__, "execute")
+            return None
+        if hit:
+            self.stats.cache_hits += 1
+        trace.get_current_span().set_attribute("rewardbus.cache_hit", hit)
+        return event
+
+    async def _resolve(self, completion: Completion) -> tuple[TestSuite, str]:
+        if self.problems is None:
+            raise RuntimeError("worker not started")
+        return await self.problems.resolve_with_digest(completion)
+
+    def _fingerprint(self, completion: Completion, suite_digest: str) -> str | None:
+        """The content key of this judgement, or None when it cannot be cached."""
+        language = lookup(completion.language)
+        if language is None:
+            return None  # the executor reports the unknown language
+        version = self.runner.languages.get(language.name)
+        if version is None:
+            return None
+        code = completion.code if completion.code and completion.code.strip() else None
+        if code is None:
+            code = extract_code(completion.response or "", language.name)
+        if not code:
+            return None
+        runtime = f"{version}|{self.config.runtime_version}"
+        return fingerprint(language.name, code, suite_digest, completion.limits, runtime)
 
     async def _emit_reward(self, event: RewardEvent) -> None:
         topic = self.kafka.topics.rewards
@@ -333,10 +402,6 @@ def _queue_span(queue_ms: float) -> None:
     span.end(end_time=end)
 
 
-def _is_invalid_input(exc: BaseException) -> bool:
-    return type(exc).__name__ in {"InvalidCompletion", "SchemaError"}
-
-
 async def run_worker(
     kafka: KafkaSettings,
     config: WorkerConfig,
@@ -351,10 +416,11 @@ async def run_worker(
     worker = _Worker(kafka, config, runner, stats)
     await worker.run(shutdown, ready)
     log.info(
-        "worker %s done: consumed=%d rewarded=%d dead_lettered=%d",
+        "worker %s done: consumed=%d rewarded=%d dead_lettered=%d cache_hits=%d",
         config.worker_id,
         stats.consumed,
         stats.rewarded,
         stats.dead_lettered,
+        stats.cache_hits,
     )
     return stats

@@ -1,0 +1,39 @@
+"""Learner side: the stream aggregator, its batch assembly logic and the scored-batch client.
+
+``run_aggregator`` consumes manifests and rewards and emits ``ScoredBatch``es;
+``ScoredBatches`` is what a learner reads them with; ``BatchAssembler`` and
+``grpo_advantages`` are the broker-free logic underneath.
+"""
+
+from consumers.advantages import grpo_advantages
+from consumers.aggregator import run_aggregator
+from consumers.assembler import (
+    AssemblerCounters,
+    AssemblerLimits,
+    BatchAssembler,
+    InvalidMessageError,
+    ManifestOutcome,
+    ReadyBatch,
+    RewardOutcome,
+    build_scored_batch,
+)
+from consumers.client import ScoredBatchBufferFullError, ScoredBatches
+from consumers.config import AggregatorConfig
+from consumers.state_store import AggregatorError
+
+__all__ = [
+    "AggregatorConfig",
+    "AggregatorError",
+    "AssemblerCounters",
+    "AssemblerLimits",
+    "BatchAssembler",
+    "InvalidMessageError",
+    "ManifestOutcome",
+    "ReadyBatch",
+    "RewardOutcome",
+    "ScoredBatchBufferFullError",
+    "ScoredBatches",
+    "build_scored_batch",
+    "grpo_advantages",
+    "run_aggregator",
+]

@@ -1,0 +1,355 @@
+"""The learner-side stream aggregator service (aiokafka, compacted state topic).
+
+One iteration: poll manifests and rewards → decode (undecodable → DLQ) → feed the
+partition's :class:`BatchAssembler` → emit due batches to the scored topic and wait
+for the acks → persist the state changes and wait for the acks → commit the input
+offsets. So state is durable before offsets move, and a batch is marked emitted only
+after the broker has it: a crash anywhere redelivers input (deduplicated by
+sample_id) or re-emits a batch (deduplicated by the learner by batch_id), and never
+loses either.
+
+Why not faust: see consumers/faust_repro/README.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import CommitFailedError, IllegalStateError
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from consumers.assembler import BatchAssembler, InvalidMessageError, ReadyBatch, StateChange
+from consumers.config import AggregatorConfig
+from consumers.state_store import StateStore, prepare_topics
+from consumers.tracing import consume_attributes, link_to, traceparent_of
+from schemas import (
+    CONTENT_TYPE,
+    BatchManifest,
+    DeadLetter,
+    KafkaSettings,
+    RewardEvent,
+    SchemaError,
+    decode,
+    encode,
+    extract_context,
+    inject_context,
+)
+
+__all__ = ["run_aggregator"]
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+
+async def run_aggregator(
+    kafka: KafkaSettings,
+    config: AggregatorConfig,
+    *,
+    shutdown: Awaitable[None],
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run the aggregator until ``shutdown`` resolves, then commit and leave the group.
+
+    ``ready`` is set once the instance has joined its group and restored the state
+    of its partitions. The manifests and rewards topics must exist (with equal
+    partition counts); the state topic is created if missing. Cancelling the task
+    stops at once without a final commit, as a crash would: the next instance
+    resumes from the persisted state and the committed offsets.
+    """
+    await prepare_topics(kafka, wait_s=config.topic_wait_s)
+    producer = AIOKafkaProducer(
+        **kafka.client_kwargs(), acks="all", enable_idempotence=True, linger_ms=2
+    )
+    consumer = AIOKafkaConsumer(
+        **kafka.client_kwargs(),
+        group_id=config.group_id,
+        group_instance_id=config.group_instance_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        # Range keeps partition p of manifests and of rewards on the same member;
+        # the default round-robin assignor does not.
+        partition_assignment_strategy=(RangePartitionAssignor,),
+        session_timeout_ms=config.session_timeout_ms,
+        heartbeat_interval_ms=config.heartbeat_interval_ms,
+        max_poll_records=config.max_poll_records,
+    )
+    await producer.start()
+    try:
+        service = _Aggregator(kafka, config, consumer, producer)
+        consumer.subscribe(
+            [kafka.topics.manifests, kafka.topics.rewards], listener=_Rebalance(service)
+        )
+        await consumer.start()
+        try:
+            await service.run(shutdown, ready)
+        finally:
+            await consumer.stop()  # leaves the group: partitions move at once
+    finally:
+        await producer.stop()
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, service: _Aggregator) -> None:
+        self._service = service
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._service.revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._service.assigned(assigned)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        meter = metrics.get_meter(__name__)
+        self.rewards = meter.create_counter(
+            "rewardbus.aggregator.rewards", description="rewards consumed, by outcome"
+        )
+        self.manifests = meter.create_counter(
+            "rewardbus.aggregator.manifests", description="manifests consumed, by outcome"
+        )
+        self.batches = meter.create_counter(
+            "rewardbus.aggregator.batches", description="scored batches emitted, by completeness"
+        )
+        self.dead_letters = meter.create_counter(
+            "rewardbus.aggregator.dead_letters", description="records sent to the DLQ"
+        )
+        self.expired = meter.create_counter(
+            "rewardbus.aggregator.expired_batches",
+            description="manifest-less batches dropped after the pending TTL",
+        )
+
+
+class _Aggregator:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: AggregatorConfig,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+    ) -> None:
+        self._topics = kafka.topics
+        self._config = config
+        self._consumer = consumer
+        self._producer = producer
+        self._state = StateStore(kafka, producer)
+        self._assemblers: dict[int, BatchAssembler] = {}
+        # Held by each iteration and by the rebalance callbacks: a rebalance waits
+        # for the iteration in progress to persist and commit.
+        self._lock = asyncio.Lock()
+        self._joined = asyncio.Event()
+        self._metrics = _Metrics()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
+        stop = asyncio.ensure_future(shutdown)
+        try:
+            while not stop.done():
+                fetched = await self._consumer.getmany(
+                    timeout_ms=int(self._config.deadline_check_interval_s * 1000),
+                    max_records=self._config.max_poll_records,
+                )
+                async with self._lock:
+                    await self._process(fetched)
+                if ready is not None and self._joined.is_set():
+                    ready.set()
+        finally:
+            if stop is not shutdown:  # our own wrapper, not the caller's future
+                stop.cancel()
+        self._log_summary()
+
+    async def revoked(self, revoked: set[TopicPartition]) -> None:
+        # Every iteration persists and commits before it lets go of the lock, so
+        # once we hold it nothing processed is uncommitted. State stays in memory:
+        # if the partition comes back unchanged, it needs no restore.
+        async with self._lock:
+            log.info("revoked %s", sorted(f"{tp.topic}:{tp.partition}" for tp in revoked))
+
+    async def assigned(self, assigned: set[TopicPartition]) -> None:
+        async with self._lock:
+            wanted = {tp.partition for tp in assigned}
+            gone = set(self._assemblers) - wanted
+            for partition in gone:
+                del self._assemblers[partition]
+            self._state.forget(gone)
+            current = await self._state.unchanged(set(self._assemblers))
+            stale = wanted - current
+            for partition in set(self._assemblers) - current:
+                del self._assemblers[partition]
+            restored = await self._state.restore(stale, self._config.restore_timeout_s)
+            for partition in stale:
+                assembler = BatchAssembler(self._config.limits())
+                assembler.restore(restored.get(partition, []))
+                self._assemblers[partition] = assembler
+            log.info(
+                "assigned partitions %s (restored %s, kept %s); %d open batches",
+                sorted(wanted),
+                sorted(stale),
+                sorted(current),
+                sum(a.open_batches for a in self._assemblers.values()),
+            )
+            self._joined.set()
+
+    # -- one iteration -----------------------------------------------------------------
+
+    async def _process(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        now = time.time()
+        offsets: dict[TopicPartition, int] = {}
+        letters: list[asyncio.Future[Any]] = []
+        for tp, records in fetched.items():
+            assembler = self._assemblers.get(tp.partition)
+            if assembler is None:
+                continue  # revoked since the fetch: the new owner reads these again
+            for record in records:
+                letter = await self._handle(record, assembler, now)
+                if letter is not None:
+                    letters.append(letter)
+            offsets[tp] = records[-1].offset + 1
+        await self._emit_due(now)
+        await asyncio.gather(*letters)
+        await self._state.persist(self._drain_changes())
+        await self._commit(offsets)
+
+    async def _handle(
+        self, record: Any, assembler: BatchAssembler, now: float
+    ) -> asyncio.Future[Any] | None:
+        attributes = consume_attributes(record, self._config.group_id)
+        is_manifest = record.topic == self._topics.manifests
+        with tracer.start_as_current_span(
+            "aggregate manifest" if is_manifest else "aggregate",
+            context=extract_context(record.headers),
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
+            try:
+                if is_manifest:
+                    self._add_manifest(record, assembler, now, span)
+                else:
+                    self._add_reward(record, assembler, now, span)
+            except SchemaError as exc:
+                span.set_status(Status(StatusCode.ERROR, exc.reason))
+                return await self._dead_letter(record, exc.reason, "SchemaError", "decode")
+            except InvalidMessageError as exc:
+                span.set_status(Status(StatusCode.ERROR, exc.reason))
+                return await self._dead_letter(
+                    record, exc.reason, "InvalidMessageError", "validate"
+                )
+        return None
+
+    def _add_reward(
+        self, record: Any, assembler: BatchAssembler, now: float, span: trace.Span
+    ) -> None:
+        reward = decode(record.value, RewardEvent)
+        span.set_attribute("rewardbus.sample_id", reward.sample_id)
+        span.set_attribute("rewardbus.batch_id", reward.batch_id)
+        outcome = assembler.add_reward(reward, now, traceparent_of(span))
+        span.set_attribute("rewardbus.outcome", outcome.value)
+        self._metrics.rewards.add(1, {"outcome": outcome.value})
+
+    def _add_manifest(
+        self, record: Any, assembler: BatchAssembler, now: float, span: trace.Span
+    ) -> None:
+        manifest = decode(record.value, BatchManifest)
+        span.set_attribute("rewardbus.batch_id", manifest.batch_id)
+        outcome = assembler.add_manifest(manifest, now)
+        span.set_attribute("rewardbus.outcome", outcome.value)
+        self._metrics.manifests.add(1, {"outcome": outcome.value})
+
+    async def _dead_letter(
+        self, record: Any, reason: str, error_type: str, stage: str
+    ) -> asyncio.Future[Any]:
+        log.warning(
+            "%s[%d]@%d to the DLQ: %s", record.topic, record.partition, record.offset, reason
+        )
+        letter = DeadLetter(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            reason=reason,
+            error_type=error_type,
+            stage=stage,
+            key=record.key,
+            value=record.value or b"",
+            service=self._config.service_name,
+        )
+        self._metrics.dead_letters.add(1, {"stage": stage})
+        sent: asyncio.Future[Any] = await self._producer.send(
+            self._topics.dlq, encode(letter), key=record.key, headers=[CONTENT_TYPE]
+        )
+        return sent
+
+    async def _emit_due(self, now: float) -> None:
+        for assembler in self._assemblers.values():
+            expired = assembler.expire(now)
+            if expired:
+                self._metrics.expired.add(len(expired))
+            for ready in assembler.due(now):
+                await self._emit(ready)
+
+    async def _emit(self, ready: ReadyBatch) -> None:
+        batch = ready.batch
+        links = [link for tp in ready.links if (link := link_to(tp)) is not None]
+        with tracer.start_as_current_span(
+            "emit scored batch",
+            kind=SpanKind.PRODUCER,
+            links=links,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": self._topics.scored,
+                "rewardbus.batch_id": batch.batch_id,
+                "rewardbus.batch.size": len(batch.samples),
+                "rewardbus.batch.missing": len(batch.missing),
+                "rewardbus.batch.complete": batch.complete,
+            },
+        ):
+            # Waits for the ack: only then may the state record the batch as emitted.
+            await self._producer.send_and_wait(
+                self._topics.scored,
+                encode(batch),
+                key=batch.batch_id.encode(),
+                headers=inject_context([CONTENT_TYPE]),
+            )
+        self._metrics.batches.add(1, {"complete": batch.complete})
+        log.info(
+            "emitted batch %s: %d samples, %d missing, %d duplicates ignored",
+            batch.batch_id,
+            len(batch.samples),
+            len(batch.missing),
+            batch.duplicates_ignored,
+        )
+
+    def _drain_changes(self) -> dict[int, list[StateChange]]:
+        changes = {p: a.drain_changes() for p, a in self._assemblers.items()}
+        return {p: c for p, c in changes.items() if c}
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        owned = self._consumer.assignment()
+        offsets = {tp: offset for tp, offset in offsets.items() if tp in owned}
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # The group moved on; state is persisted, so the redelivery that follows
+            # is absorbed by the sample_id dedup.
+            log.warning("offset commit skipped after a rebalance: %s", exc)
+
+    def _log_summary(self) -> None:
+        for partition, assembler in sorted(self._assemblers.items()):
+            log.info(
+                "partition %d: %d open batches (%d pending), counters %s",
+                partition,
+                assembler.open_batches,
+                assembler.pending_batches,
+                assembler.counters,
+            )

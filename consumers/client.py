@@ -1,0 +1,213 @@
+"""The learner-side client: read scored batches, each batch once.
+
+Emission is at-least-once (an aggregator that crashes between producing a batch
+and recording it as emitted produces it again), so the client deduplicates by
+batch_id. Undecodable records are logged and skipped: the learner is not the
+place to repair the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CommitFailedError, IllegalStateError
+
+from schemas import KafkaSettings, SchemaError, ScoredBatch, decode
+
+__all__ = ["ScoredBatchBufferFullError", "ScoredBatches"]
+
+log = logging.getLogger(__name__)
+
+_POLL_MS = 200
+_TOPIC_WAIT_S = 30.0
+
+
+class ScoredBatchBufferFullError(RuntimeError):
+    """``get`` had to hold more other batches than ``max_buffered`` while it waited.
+
+    Not retriable as is: consume the other batches (iterate, or ``get`` them) or
+    raise ``max_buffered``.
+    """
+
+
+class ScoredBatches:
+    """Scored batches from the scored topic, deduplicated by batch_id.
+
+    Without ``group_id`` the client reads every partition on its own (from the
+    beginning when ``from_beginning``, else from the end). With ``group_id`` it joins
+    that consumer group and commits, per partition, up to the oldest batch it has
+    not handed out yet, so a restarted learner gets again only what it had not had.
+    Batches read while ``get`` waits for another one are buffered, at most
+    ``max_buffered`` of them; batch ids handed out are remembered, at most
+    ``max_remembered`` of them (oldest forgotten first).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        *,
+        group_id: str | None = None,
+        from_beginning: bool = True,
+        max_buffered: int = 1024,
+        max_remembered: int = 100_000,
+    ) -> None:
+        self._kafka = kafka
+        self._group_id = group_id
+        self._from_beginning = from_beginning
+        self._max_buffered = max_buffered
+        self._max_remembered = max_remembered
+        self._consumer: AIOKafkaConsumer | None = None
+        # batch_id -> (partition, offset, batch), in arrival order.
+        self._buffer: dict[str, tuple[TopicPartition, int, ScoredBatch]] = {}
+        self._handed: dict[str, None] = {}
+        self._consumed_to: dict[TopicPartition, int] = {}
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Connect and position the consumer."""
+        topic = self._kafka.topics.scored
+        # A subscription to a topic that does not exist yet would only notice it at
+        # the next metadata refresh (minutes): wait for it here instead.
+        partitions = await _partitions(self._kafka, topic)
+        consumer = AIOKafkaConsumer(
+            **self._kafka.client_kwargs(),
+            group_id=self._group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if self._from_beginning else "latest",
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        if self._group_id is not None:
+            consumer.subscribe([topic])
+        else:
+            consumer.assign(partitions)
+            if self._from_beginning:
+                await consumer.seek_to_beginning(*partitions)
+            else:
+                await consumer.seek_to_end(*partitions)
+        self._consumer = consumer
+
+    async def stop(self) -> None:
+        """Close the consumer (leaving the group, if any)."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # The timeout is part of the public API (callers wait for one batch at a time).
+    async def get(self, batch_id: str, timeout: float | None = None) -> ScoredBatch:  # noqa: ASYNC109
+        """Wait for batch ``batch_id`` (buffering the others read meanwhile).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds, and
+        :class:`ScoredBatchBufferFullError` if too many other batches pile up.
+        A batch already handed out is not handed out again: it would wait forever.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async with self._lock:
+            while batch_id not in self._buffer:
+                if len(self._buffer) >= self._max_buffered:
+                    raise ScoredBatchBufferFullError(
+                        f"{len(self._buffer)} other batches buffered while waiting for {batch_id}"
+                    )
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"scored batch {batch_id} did not arrive in {timeout} s")
+                await self._fetch(remaining)
+            return await self._hand_out(batch_id)
+
+    def __aiter__(self) -> AsyncIterator[ScoredBatch]:
+        """Every batch once, in arrival order (buffered ones first), until stopped."""
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ScoredBatch]:
+        while True:
+            async with self._lock:
+                while not self._buffer:
+                    await self._fetch(None)
+                batch_id = next(iter(self._buffer))
+                batch = await self._hand_out(batch_id)
+            yield batch
+
+    async def _fetch(self, remaining: float | None) -> None:
+        consumer = self._running()
+        wait_ms = _POLL_MS if remaining is None else max(1, min(_POLL_MS, int(remaining * 1000)))
+        fetched = await consumer.getmany(timeout_ms=wait_ms)
+        for tp, records in fetched.items():
+            for record in records:
+                self._accept(tp, record)
+            self._consumed_to[tp] = records[-1].offset + 1
+
+    def _accept(self, tp: TopicPartition, record: Any) -> None:
+        try:
+            batch = decode(record.value, ScoredBatch)
+        except SchemaError as exc:
+            log.error(  # noqa: TRY400 - the reason says it all; a traceback would not help
+                "%s[%d]@%d skipped: %s", tp.topic, tp.partition, record.offset, exc.reason
+            )
+            return
+        if batch.batch_id in self._handed or batch.batch_id in self._buffer:
+            return  # re-emitted after an aggregator restart: the first copy counts
+        self._buffer[batch.batch_id] = (tp, record.offset, batch)
+
+    async def _hand_out(self, batch_id: str) -> ScoredBatch:
+        _tp, _offset, batch = self._buffer.pop(batch_id)
+        self._handed[batch_id] = None
+        while len(self._handed) > self._max_remembered:
+            del self._handed[next(iter(self._handed))]
+        if self._group_id is not None:
+            await self._commit()
+        return batch
+
+    async def _commit(self) -> None:
+        """Commit each partition up to its oldest batch not yet handed out."""
+        committable = dict(self._consumed_to)
+        for tp, offset, _batch in self._buffer.values():
+            committable[tp] = min(committable.get(tp, offset), offset)
+        owned = self._running().assignment()
+        committable = {tp: offset for tp, offset in committable.items() if tp in owned}
+        if not committable:
+            return
+        try:
+            await self._running().commit(committable)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # The group rebalanced; the next owner re-reads from the last commit.
+            log.warning("scored-batch offset commit skipped: %s", exc)
+
+    def _running(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("ScoredBatches is not started (use start() or async with)")
+        return self._consumer
+
+
+async def _partitions(kafka: KafkaSettings, topic: str) -> list[TopicPartition]:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        deadline = time.monotonic() + _TOPIC_WAIT_S
+        while True:
+            (info,) = await admin.describe_topics([topic])
+            if info["error_code"] == 0 and info["partitions"]:
+                return [TopicPartition(topic, p["partition"]) for p in info["partitions"]]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} does not exist (create it first)")
+            await asyncio.sleep(_POLL_MS / 1000)
+    finally:
+        await admin.close()

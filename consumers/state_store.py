@@ -1,0 +1,207 @@
+"""The aggregator's compacted state topic: where per-batch state survives a crash.
+
+State partition ``p`` holds the state of input partition ``p`` (rewards and
+manifests are co-partitioned, and the state topic has the same partition count),
+so an instance assigned input partition ``p`` restores exactly state partition
+``p``. Writes are acknowledged before input offsets are committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from consumers.assembler import StateChange
+from schemas import AggregatorRecord, KafkaSettings, SchemaError, decode_state, encode_state
+
+__all__ = ["AggregatorError", "StateStore", "prepare_topics"]
+
+log = logging.getLogger(__name__)
+
+_STATE_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    # Compaction never touches the active segment: roll it hourly so that restores
+    # read compacted state rather than a day of history.
+    "segment.ms": str(3600 * 1000),
+}
+_TOPIC_POLL_S = 0.1
+_RESTORE_POLL_MS = 200
+
+
+class AggregatorError(RuntimeError):
+    """A deployment problem the aggregator cannot work around (not retriable as is)."""
+
+
+async def prepare_topics(kafka: KafkaSettings, *, wait_s: float) -> int:
+    """Check that manifests and rewards are co-partitioned; make sure the state topic exists.
+
+    Returns the shared partition count. The state topic is created (compacted, with
+    that partition count) when missing; an existing one must have the same count.
+    """
+    topics = kafka.topics
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        described = await _wait_for_topics(admin, [topics.manifests, topics.rewards], wait_s)
+        counts = {name: len(info["partitions"]) for name, info in described.items()}
+        if counts[topics.manifests] != counts[topics.rewards]:
+            raise AggregatorError(
+                f"{topics.manifests} has {counts[topics.manifests]} partitions and "
+                f"{topics.rewards} has {counts[topics.rewards]}: they must be co-partitioned "
+                "(equal counts) so that one instance sees everything about a batch"
+            )
+        partitions = counts[topics.rewards]
+        replicas = len(described[topics.rewards]["partitions"][0]["replicas"])
+        await _ensure_state_topic(admin, topics.aggregator_state, partitions, replicas)
+        return partitions
+    finally:
+        await admin.close()
+
+
+async def _wait_for_topics(
+    admin: AIOKafkaAdminClient, names: list[str], wait_s: float
+) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        described = {info["topic"]: info for info in await admin.describe_topics(names)}
+        absent = [name for name in names if described[name]["error_code"] != 0]
+        if not absent:
+            return described
+        if time.monotonic() > deadline:
+            raise AggregatorError(f"topics do not exist: {absent} (create them first)")
+        await asyncio.sleep(_TOPIC_POLL_S)
+
+
+async def _ensure_state_topic(
+    admin: AIOKafkaAdminClient, name: str, partitions: int, replicas: int
+) -> None:
+    (info,) = await admin.describe_topics([name])
+    if info["error_code"] != 0:
+        with contextlib.suppress(TopicAlreadyExistsError):  # another instance was first
+            await admin.create_topics(
+                [NewTopic(name, partitions, replicas, topic_configs=_STATE_TOPIC_CONFIG)]
+            )
+        await _wait_for_topics(admin, [name], wait_s=30.0)
+        (info,) = await admin.describe_topics([name])
+    if len(info["partitions"]) != partitions:
+        raise AggregatorError(
+            f"state topic {name} has {len(info['partitions'])} partitions, the input topics "
+            f"{partitions}: state partition p must hold the state of input partition p"
+        )
+
+
+class StateStore:
+    """Writes state changes and reads a partition's state back."""
+
+    def __init__(self, kafka: KafkaSettings, producer: AIOKafkaProducer) -> None:
+        self._kafka = kafka
+        self._topic = kafka.topics.aggregator_state
+        self._producer = producer
+        # Next offset after our own last write (or restore) per partition: if the
+        # topic's end is still there, nobody else wrote since and memory is current.
+        self._our_end: dict[int, int] = {}
+
+    async def persist(self, changes: dict[int, list[StateChange]]) -> None:
+        """Write the changes of each partition and wait until all are acknowledged."""
+        pending: list[tuple[int, asyncio.Future[object]]] = []
+        for partition, writes in changes.items():
+            for key, record in writes:
+                value = None if record is None else encode_state(record)
+                sent = await self._producer.send(self._topic, value, key=key, partition=partition)
+                pending.append((partition, sent))
+        for partition, sent in pending:
+            metadata = await sent
+            self._our_end[partition] = max(
+                self._our_end.get(partition, 0),
+                metadata.offset + 1,  # type: ignore[attr-defined]
+            )
+
+    async def unchanged(self, partitions: Iterable[int]) -> set[int]:
+        """Those of ``partitions`` whose state nobody but us wrote since we last did."""
+        known = [p for p in partitions if p in self._our_end]
+        if not known:
+            return set()
+        ends = await self._end_offsets(known)
+        return {p for p in known if ends[p] == self._our_end[p]}
+
+    async def restore(
+        self, partitions: Iterable[int], timeout_s: float
+    ) -> dict[int, list[AggregatorRecord]]:
+        """The surviving records of each partition: the latest value per key, tombstones applied."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        consumer = AIOKafkaConsumer(
+            **self._kafka.client_kwargs(), enable_auto_commit=False, group_id=None
+        )
+        await consumer.start()
+        try:
+            latest = await asyncio.wait_for(_read_to_end(consumer, self._topic, wanted), timeout_s)
+        finally:
+            await consumer.stop()
+        restored: dict[int, list[AggregatorRecord]] = {}
+        for partition, (values, end) in latest.items():
+            restored[partition] = _decode_all(partition, values.values())
+            self._our_end[partition] = end
+        return restored
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Partitions no longer ours: their state must be restored if they come back."""
+        for partition in partitions:
+            self._our_end.pop(partition, None)
+
+    async def _end_offsets(self, partitions: list[int]) -> dict[int, int]:
+        consumer = AIOKafkaConsumer(**self._kafka.client_kwargs(), group_id=None)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(self._topic, p) for p in partitions]
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+        return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def _read_to_end(
+    consumer: AIOKafkaConsumer, topic: str, partitions: list[int]
+) -> dict[int, tuple[dict[bytes, bytes], int]]:
+    tps = [TopicPartition(topic, p) for p in partitions]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    # The end is taken once, up front: writes after it are not ours to restore.
+    ends = await consumer.end_offsets(tps)
+    latest: dict[int, dict[bytes, bytes]] = {p: {} for p in partitions}
+    remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+    while remaining:
+        fetched = await consumer.getmany(*remaining, timeout_ms=_RESTORE_POLL_MS)
+        for tp, records in fetched.items():
+            values = latest[tp.partition]
+            for record in records:
+                if record.offset >= ends[tp]:
+                    continue
+                if record.value is None:
+                    values.pop(record.key, None)
+                else:
+                    values[record.key] = record.value
+        remaining = {tp for tp in remaining if await consumer.position(tp) < ends[tp]}
+    return {tp.partition: (latest[tp.partition], ends[tp]) for tp in tps}
+
+
+def _decode_all(partition: int, values: Iterable[bytes]) -> list[AggregatorRecord]:
+    records: list[AggregatorRecord] = []
+    for value in values:
+        try:
+            records.append(decode_state(value))
+        except SchemaError as exc:
+            # Only we write this topic; a bad record means a newer or broken build.
+            log.error(  # noqa: TRY400 - the reason says it all; a traceback would not help
+                "state partition %d: unreadable record skipped: %s", partition, exc.reason
+            )
+    return records

@@ -1,0 +1,29 @@
+"""The sandbox side of rewardbus: isolation, languages, judging, the worker service.
+
+Public surface: :class:`Executor` (judge one completion), its config and
+errors, :func:`extract_code`, and the sandbox seam (:class:`Sandbox`,
+:class:`ExecRequest`, :class:`ExecResult`, :class:`BindMount`,
+:class:`SandboxFault`) with its implementation :class:`JailSandbox`.
+"""
+
+from __future__ import annotations
+
+from sandbox_workers.executor import Executor, ExecutorConfig, ExecutorError, InvalidCompletion
+from sandbox_workers.extract import extract_code
+from sandbox_workers.jail import JailConfig, JailSandbox
+from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, Sandbox, SandboxFault
+
+__all__ = [
+    "BindMount",
+    "ExecRequest",
+    "ExecResult",
+    "Executor",
+    "ExecutorConfig",
+    "ExecutorError",
+    "InvalidCompletion",
+    "JailConfig",
+    "JailSandbox",
+    "Sandbox",
+    "SandboxFault",
+    "extract_code",
+]
