@@ -1,0 +1,327 @@
+"""JailSandbox: the :class:`~sandbox_workers.sandbox.Sandbox` that really isolates.
+
+Per execution: a cgroup slot is prepared (limits set, counters reset), the
+``rbjail`` launcher builds a fresh jail (namespaces, private root, tmpfs /work),
+the request's files are written through an fd of that /work, the program runs
+confined (cgroups, rlimits, uid, seccomp) with a scrubbed environment, and after
+it ends every process of the jail is dead, the results are read and the slot
+is checked empty before it is reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot, CgroupStats, CgroupTree
+from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus
+from sandbox_workers.jail.detect import probe_host
+from sandbox_workers.jail.process import JailReport, Launch, monotonic_ms
+from sandbox_workers.jail.workdir import collect_files, validate_name, write_files
+from sandbox_workers.sandbox import ExecRequest, ExecResult, SandboxFault
+
+__all__ = ["JailSandbox"]
+
+_log = logging.getLogger(__name__)
+_WORKDIR = "/work"
+
+
+class _SlotPool:
+    """Cgroup slots for concurrent executions; an emptied slot is reused."""
+
+    def __init__(self, tree: CgroupTree, reuse: bool) -> None:
+        self._tree = tree
+        self._reuse = reuse
+        self._free: list[CgroupSlot] = []
+        self._dirty: list[CgroupSlot] = []
+
+    def acquire(self, limits: CgroupLimits) -> CgroupSlot:
+        self._retry_dirty()
+        slot = self._free.pop() if self._free else self._tree.new_slot()
+        try:
+            slot.prepare(limits)
+        except OSError as exc:
+            self._discard(slot)
+            raise SandboxFault(f"cannot prepare cgroup: {exc}") from exc
+        return slot
+
+    def release(self, slot: CgroupSlot) -> None:
+        if not slot.is_empty():
+            # The jail's pid namespace is gone, so nothing should be left; if
+            # something is, it is killed and the slot is never reused.
+            _log.warning("processes left in a cgroup slot after the jail ended: killing them")
+            slot.kill()
+            self._discard(slot)
+        elif self._reuse and slot.reusable:
+            slot.trim()
+            self._free.append(slot)
+        else:
+            self._discard(slot)
+
+    def _discard(self, slot: CgroupSlot) -> None:
+        if not slot.remove():
+            self._dirty.append(slot)
+
+    def _retry_dirty(self) -> None:
+        if self._dirty:
+            self._dirty = [s for s in self._dirty if not (s.kill() or s.remove())]
+
+    def close(self) -> None:
+        for slot in self._free + self._dirty:
+            slot.kill()
+            slot.remove()
+        self._free.clear()
+        self._dirty.clear()
+        self._tree.close()
+
+
+class JailSandbox:
+    """Runs each :class:`ExecRequest` in a fresh, fully isolated jail.
+
+    Construction probes every layer (see :func:`detect_layers`); in strict mode
+    a missing required layer raises :class:`IsolationUnavailable`, otherwise the
+    sandbox runs without it and lists it in :attr:`degraded`. Call
+    :meth:`aclose` when done: it removes this instance's cgroups.
+    """
+
+    def __init__(self, config: JailConfig | None = None) -> None:
+        self._config = config = config or JailConfig()
+        host = probe_host(config)
+        self._layers = tuple(host.layers)
+        missing = [layer for layer in host.layers if layer.required and not layer.active]
+        if host.binaries is None or (config.strict and missing):
+            if host.tree is not None:
+                host.tree.close()
+            launcher = [layer for layer in host.layers if layer.name == "launcher"]
+            raise IsolationUnavailable(missing or launcher)
+        self._launcher = str(host.binaries.launcher)
+        self._active = frozenset(layer.name for layer in host.layers if layer.active)
+        self._degraded = tuple(layer.name for layer in host.layers if not layer.active)
+        if self._degraded:
+            _log.warning("jail running degraded, missing layers: %s", ", ".join(self._degraded))
+        use_cgroups = host.tree is not None and bool(
+            {"cgroup_memory", "cgroup_pids", "cgroup_cpu"} & self._active
+        )
+        self._pool: _SlotPool | None = None
+        if host.tree is not None:
+            if use_cgroups:
+                self._pool = _SlotPool(host.tree, config.reuse_cgroups)
+            else:
+                host.tree.close()
+        if not self._on("mounts"):
+            self._work_root = config.work_root or Path(tempfile.gettempdir()) / "rewardbus-work"
+            self._work_root.mkdir(parents=True, exist_ok=True)
+        self._static = tuple(self._static_argv())
+        self._closed = False
+        # A sandbox nobody closed still removes its cgroups when collected or at exit.
+        self._finalizer = weakref.finalize(self, self._pool.close) if self._pool else None
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def degraded(self) -> tuple[str, ...]:
+        """Names of isolation layers that are missing (or disabled) on this host."""
+        return self._degraded
+
+    @property
+    def layers(self) -> tuple[LayerStatus, ...]:
+        """Every layer as detected at construction."""
+        return self._layers
+
+    async def execute(self, request: ExecRequest) -> ExecResult:
+        """Run one request in a fresh jail; SandboxFault only for infrastructure faults."""
+        if self._closed:
+            raise SandboxFault("the jail sandbox is closed")
+        _validate(request)
+        slot = self._pool.acquire(self._limits(request)) if self._pool else None
+        hostdir = None if self._on("mounts") else self._host_workdir()
+        launch: Launch | None = None
+        try:
+            launch = Launch(self._argv(request, slot, hostdir), request.stdin, request.output_bytes)
+            workfd = await launch.ready(self._config.setup_timeout_s)
+            try:
+                return await self._run(request, launch, workfd, slot)
+            finally:
+                os.close(workfd)
+        finally:
+            if launch is not None:
+                launch.close()
+            if slot is not None and self._pool is not None:
+                self._pool.release(slot)
+            if hostdir is not None:
+                shutil.rmtree(hostdir, ignore_errors=True)
+
+    async def __aenter__(self) -> JailSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release this instance's cgroups. Executions must have finished."""
+        self.close()
+
+    def close(self) -> None:
+        """Synchronous :meth:`aclose`."""
+        if not self._closed:
+            self._closed = True
+            if self._finalizer is not None:
+                self._finalizer()
+
+    # ------------------------------------------------------------------ one run
+
+    async def _run(
+        self, request: ExecRequest, launch: Launch, workfd: int, slot: CgroupSlot | None
+    ) -> ExecResult:
+        started = monotonic_ms()
+        if request.files:
+            owner = (self._config.uid, self._config.gid) if self._on("uid") else None
+            write_files(workfd, request.files, request.executables, owner)
+            launch.go()
+        await launch.finish(request.time_s + self._config.kill_grace_s)
+        if launch.error is not None or (launch.report is None and launch.stop_reason is None):
+            raise launch.fault()
+        stats = slot.stats() if slot is not None else None
+        files = collect_files(workfd, request.collect, self._config.collect_bytes)
+        return _result(launch, launch.report, stats, monotonic_ms() - started, files)
+
+    def _limits(self, request: ExecRequest) -> CgroupLimits:
+        cores = self._config.cpu_cores if self._on("cgroup_cpu") else None
+        return CgroupLimits(
+            memory_bytes=request.memory_mb << 20,
+            max_processes=request.max_processes,
+            cpu_cores=cores,
+        )
+
+    def _host_workdir(self) -> Path:
+        # Degraded (no mount namespace): a private host directory, no size cap.
+        path = Path(tempfile.mkdtemp(prefix="run-", dir=self._work_root))
+        if self._on("uid"):
+            os.chown(path, self._config.uid, self._config.gid)
+        return path
+
+    def _on(self, layer: str) -> bool:
+        return layer in self._active
+
+    # ------------------------------------------------------------------ argv
+
+    def _static_argv(self) -> Iterator[str]:
+        cfg = self._config
+        yield self._launcher
+        yield from ("--uid", str(cfg.uid), "--gid", str(cfg.gid))
+        yield from ("--hostname", cfg.hostname, "--tmp-mb", str(cfg.tmp_mb))
+        yield from ("--inodes", str(cfg.max_inodes))
+        yield "--ns" if self._on("namespaces") else "--no-ns"
+        yield "--seccomp" if self._on("seccomp") else "--no-seccomp"
+        yield "--loopback" if cfg.loopback else "--no-loopback"
+        if not self._on("uid"):
+            yield "--keep-uid"
+        if self._on("mounts"):
+            yield from ("--mounts", "--root", str(cfg.root_mountpoint))
+            for path in cfg.system_mounts:
+                yield from ("--mirror", path)
+            for mount in cfg.extra_mounts:
+                yield from ("--rw" if mount.writable else "--ro", str(mount.host), mount.target)
+        else:
+            yield "--no-mounts"
+
+    def _rlimits(self, request: ExecRequest) -> Iterator[str]:
+        if not self._on("rlimits"):
+            return
+        cpu = math.ceil(request.time_s) + 1  # wall time is the real limit; this is a backstop
+        fsize = request.file_size_mb << 20
+        yield from ("--rlimit", "cpu", str(cpu), str(cpu + 1))
+        yield from ("--rlimit", "fsize", str(fsize), str(fsize))
+        nofile = str(self._config.max_open_files)
+        yield from ("--rlimit", "nofile", nofile, nofile, "--rlimit", "core", "0", "0")
+        if not self._on("cgroup_pids"):
+            # RLIMIT_NPROC counts every process of the uid host-wide: only a fallback.
+            yield from ("--rlimit", "nproc", str(request.max_processes), str(request.max_processes))
+        if not self._on("cgroup_memory"):
+            # Address space, not memory: breaks thread-heavy runtimes, so only a fallback.
+            limit = str(request.memory_mb << 20)
+            yield from ("--rlimit", "as", limit, limit)
+
+    def _env(self, request: ExecRequest, hostdir: Path | None) -> dict[str, str]:
+        home = _WORKDIR if hostdir is None else str(hostdir)
+        env = {"PATH": self._config.path, "HOME": home, "LANG": "C.UTF-8"}
+        env.update(request.env)
+        return env
+
+    def _argv(
+        self, request: ExecRequest, slot: CgroupSlot | None, hostdir: Path | None
+    ) -> list[str]:
+        argv = [*self._static, "--parent-pid", str(os.getpid())]
+        argv += ["--time-ms", str(max(1, math.ceil(request.time_s * 1000)))]
+        argv += ["--work-mb", str(request.workdir_mb)]
+        if hostdir is not None:
+            argv += ["--workdir", str(hostdir)]
+        elif request.extra_mounts:
+            for mount in request.extra_mounts:
+                argv += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
+        if slot is not None:
+            for procs in slot.procs_files:
+                argv += ["--cgroup-procs", str(procs)]
+        argv += self._rlimits(request)
+        if request.files:
+            argv.append("--wait-go")
+        for key, value in self._env(request, hostdir).items():
+            argv += ["--env", f"{key}={value}"]
+        argv.append("--")
+        argv += request.argv
+        return argv
+
+
+def _validate(request: ExecRequest) -> None:
+    if not request.argv or not request.argv[0]:
+        raise ValueError("ExecRequest.argv must name a program")
+    for name in request.files:
+        validate_name(name)
+    for key in request.env:
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"invalid environment variable name: {key!r}")
+    for mount in request.extra_mounts:
+        if not mount.target.startswith("/"):
+            raise ValueError(f"bind mount target must be absolute: {mount.target!r}")
+
+
+def _result(
+    launch: Launch,
+    report: JailReport | None,
+    stats: CgroupStats | None,
+    elapsed_ms: float,
+    files: dict[str, bytes],
+) -> ExecResult:
+    exit_code: int | None = None
+    signum: int | None = int(signal.SIGKILL)
+    wall_ms, cpu_ms, rss_kb, timed_out = elapsed_ms, 0.0, 0, False
+    # No report: we stopped the jail (output cap, backstop deadline) before its
+    # init could report, and the program died with its pid namespace (SIGKILL).
+    if report is not None:
+        exit_code, signum = report.exit_code, report.signal
+        wall_ms, cpu_ms, rss_kb = report.wall_ms, report.cpu_ms, report.maxrss_kb
+        timed_out = report.timed_out
+    if stats is not None:
+        cpu_ms = stats.cpu_ms if stats.cpu_ms is not None else cpu_ms
+        rss_kb = stats.peak_memory_kb if stats.peak_memory_kb is not None else rss_kb
+    timed_out = timed_out or launch.stop_reason == "timeout" or signum == signal.SIGXCPU
+    return ExecResult(
+        exit_code=exit_code,
+        signal=signum,
+        stdout=launch.stdout,
+        stderr=launch.stderr,
+        wall_ms=wall_ms,
+        cpu_ms=cpu_ms,
+        peak_memory_kb=rss_kb,
+        timed_out=timed_out,
+        memory_exceeded=stats.oom_killed if stats is not None else False,
+        output_exceeded=launch.output_exceeded,
+        files=files,
+    )

@@ -1,0 +1,129 @@
+"""Worker side of the in-sandbox harnesses: the files to send and the records back.
+
+For function-call and assert suites all tests of a completion run in one
+execution (:mod:`.pyharness`, :mod:`.jsharness`). The expected outputs never
+enter the sandbox: a call's return value comes back as JSON and is compared
+here, so a program cannot read the answers it is judged against.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+from sandbox_workers.judging.jsharness import JS_HARNESS
+from sandbox_workers.languages import utf8
+
+__all__ = ["HarnessPlan", "harness_languages", "new_markers", "parse_records", "strip_markers"]
+
+# Must match MARKER_BYTES in the harnesses: 16 random bytes as hex, and a newline.
+_MARKER_HEX_BYTES = 16
+
+_SCRIPTS: dict[str, tuple[str, str]] = {
+    # language -> (harness file name, program file name)
+    "python": ("harness.py", "solution.py"),
+    "javascript": ("harness.js", "solution.js"),
+}
+
+
+def harness_languages() -> frozenset[str]:
+    """Languages with a function-call / assert harness."""
+    return frozenset(_SCRIPTS)
+
+
+@dataclass(frozen=True)
+class HarnessPlan:
+    """Everything one harness execution needs, before markers are drawn."""
+
+    language: str
+    mode: Literal["call", "assert"]
+    tests: list[Any]
+    time_s: float
+    memory_mb: int
+    fn_name: str | None = None
+    setup: str = ""
+    entry_point: str | None = None
+
+    @property
+    def entry(self) -> str:
+        """The harness script's file name (what the interpreter runs)."""
+        return _SCRIPTS[self.language][0]
+
+    def files(self, source: str, *, budget_s: float, stop_on_failure: bool) -> dict[str, bytes]:
+        """The harness, the program and the spec, for the work directory.
+
+        ``budget_s`` is what is left of the completion's total time: the harness
+        reports the tests it has no time for as not run.
+        """
+        script, program = _SCRIPTS[self.language]
+        spec = {
+            "mode": self.mode,
+            "source": program,
+            "tests": self.tests,
+            "time_s": self.time_s,
+            "memory_mb": self.memory_mb,
+            "fn_name": self.fn_name,
+            "setup": self.setup,
+            "entry_point": self.entry_point,
+            "budget_s": budget_s,
+            "stop_on_failure": stop_on_failure,
+        }
+        return {
+            script: _harness_source(self.language),
+            program: utf8(source),
+            "spec.json": json.dumps(spec).encode(),
+        }
+
+
+def new_markers(count: int) -> list[str]:
+    """Fresh random markers, one per test, for one execution."""
+    return [secrets.token_hex(_MARKER_HEX_BYTES) for _ in range(count)]
+
+
+def markers_stdin(markers: list[str]) -> bytes:
+    """The harness's stdin: the markers, one per line."""
+    return "".join(f"{marker}\n" for marker in markers).encode()
+
+
+def parse_records(stdout: bytes, markers: list[str]) -> list[dict[str, Any] | None]:
+    """The record of each test, in order; None where a test reported nothing.
+
+    Only the first line carrying a test's marker counts.
+    """
+    wanted = {marker.encode(): index for index, marker in enumerate(markers)}
+    records: list[dict[str, Any] | None] = [None] * len(markers)
+    for line in stdout.split(b"\n"):
+        head, _, body = line.partition(b" ")
+        index = wanted.get(head)
+        if index is None or records[index] is not None:
+            continue
+        try:
+            record = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("verdict"), str):
+            records[index] = record
+    return records
+
+
+def strip_markers(stdout: bytes, markers: list[str]) -> bytes:
+    """The program's own output: stdout without the harness's record lines."""
+    tags = tuple(marker.encode() + b" " for marker in markers)
+    kept: list[bytes] = []
+    for line in stdout.split(b"\n"):
+        if line.startswith(tags):
+            # The harness starts each record with a newline of its own.
+            if kept and not kept[-1]:
+                kept.pop()
+            continue
+        kept.append(line)
+    return b"\n".join(kept)
+
+
+def _harness_source(language: str) -> bytes:
+    if language == "javascript":
+        return JS_HARNESS.encode()
+    return resources.files(__package__).joinpath("pyharness.py").read_bytes()

@@ -1,0 +1,367 @@
+"""Running a suite's tests against a prepared program.
+
+Three shapes:
+
+- :meth:`SuiteRunner.stdin_tests` — one execution per test, input on stdin,
+  output compared as text or rows, or judged by a checker program;
+- :meth:`SuiteRunner.harness_tests` — every test of a function-call or assert
+  suite in one execution of the language's harness, one record per test;
+- :meth:`SuiteRunner.program_tests` — assert suites in languages without a
+  harness: each case is its own program (source + test code), passing when it
+  exits cleanly.
+
+Outcomes of the program are verdicts; only :class:`SandboxFault` escapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+
+from sandbox_workers.judging.checker import (
+    ANSWER_FILE,
+    INPUT_FILE,
+    OUTPUT_FILE,
+    interpret_checker,
+)
+from sandbox_workers.judging.classify import describe_exit, failure_verdict
+from sandbox_workers.judging.compare import (
+    Compare,
+    call_result_matches,
+    rows_match,
+    text_matches,
+)
+from sandbox_workers.judging.harness import (
+    HarnessPlan,
+    markers_stdin,
+    new_markers,
+    parse_records,
+    strip_markers,
+)
+from sandbox_workers.judging.program import CompileFailure, Program
+from sandbox_workers.judging.scoring import Budget
+from sandbox_workers.languages import utf8
+from sandbox_workers.sandbox import ExecResult, Sandbox
+from schemas import Limits, TestOutcome, Verdict
+
+__all__ = ["Judged", "OutputJudge", "SuiteRunner", "checker_judge", "output_judge"]
+
+_tracer = trace.get_tracer(__name__)
+
+# Interpreter start-up and harness bookkeeping on top of the tests' own time.
+_HARNESS_STARTUP_S = 2.0
+_HARNESS_MEMORY_MB = 64
+_RECORD_BYTES = 512
+_NOT_RUN = "not run: total time limit reached"
+_CHECKER_TIME_S = 10.0
+_CHECKER_MEMORY_MB = 512
+_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+_ASSERTION = re.compile(rb"[Aa]ssert")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One test's judgement of the program's output."""
+
+    verdict: Verdict
+    score: float = 0.0
+    message: str = ""
+
+
+# (test index, test input, expected output, program stdout) -> judgement
+OutputJudge = Callable[[int, str, str, bytes], Awaitable[Judged]]
+
+
+@dataclass
+class SuiteRun:
+    """Per-test outcomes and the output worth reporting."""
+
+    outcomes: list[TestOutcome] = field(default_factory=list)
+    stdout: bytes = b""
+    stderr: bytes = b""
+    # Set once a failing execution's output has been kept.
+    failure_kept: bool = False
+
+    def keep_output(self, result: ExecResult, *, failed: bool, stdout: bytes | None = None) -> None:
+        """Keep the first failing execution's output (else the latest one's)."""
+        if self.failure_kept:
+            return
+        self.stdout = result.stdout if stdout is None else stdout
+        self.stderr = result.stderr
+        self.failure_kept = failed
+
+
+def output_judge(program: Program, compare: Compare, tolerance: float) -> OutputJudge:
+    """Compare stdout with the expected output (text, or rows for SQL)."""
+    rows = program.language.output_kind == "rows"
+    ordered = bool(_ORDER_BY.search(program.source))
+
+    async def judge(index: int, test_input: str, expected: str, stdout: bytes) -> Judged:
+        del index, test_input
+        actual = stdout.decode("utf-8", errors="replace")
+        if rows:
+            same = rows_match(actual, expected, ordered=ordered, mode=compare, tolerance=tolerance)
+        else:
+            same = text_matches(actual, expected, compare, tolerance)
+        if same:
+            return Judged(Verdict.ACCEPTED, 1.0)
+        return Judged(Verdict.WRONG_ANSWER, 0.0, _difference(actual, expected))
+
+    return judge
+
+
+def checker_judge(
+    sandbox: Sandbox, checker: Program | CompileFailure, limits: Limits
+) -> OutputJudge:
+    """Let a checker program judge stdout (testlib protocol, see :mod:`.checker`)."""
+
+    async def judge(index: int, test_input: str, expected: str, stdout: bytes) -> Judged:
+        del index
+        if isinstance(checker, CompileFailure):
+            return Judged(
+                Verdict.SANDBOX_ERROR, 0.0, f"checker does not compile: {checker.message}"[:300]
+            )
+        checker_limits = Limits(
+            time_s=_CHECKER_TIME_S,
+            memory_mb=max(limits.memory_mb, _CHECKER_MEMORY_MB),
+            output_kb=64,
+        )
+        request = checker.request(
+            checker_limits,
+            time_s=_CHECKER_TIME_S,
+            files={
+                INPUT_FILE: utf8(test_input),
+                OUTPUT_FILE: stdout,
+                ANSWER_FILE: utf8(expected),
+            },
+            args=(INPUT_FILE, OUTPUT_FILE, ANSWER_FILE),
+        )
+        result = await sandbox.execute(request)
+        said = interpret_checker(result)
+        return Judged(said.verdict, said.score, said.message)
+
+    return judge
+
+
+class SuiteRunner:
+    """Runs one completion's tests; holds its limits and time budget."""
+
+    def __init__(self, sandbox: Sandbox, limits: Limits, *, stop_on_first_failure: bool) -> None:
+        self._sandbox = sandbox
+        self._limits = limits
+        self._budget = Budget(limits.total_time_s)
+        self._stop = stop_on_first_failure
+
+    async def stdin_tests(
+        self, program: Program, cases: Sequence[tuple[str, str]], judge: OutputJudge
+    ) -> SuiteRun:
+        """One execution per (input, expected) case."""
+        run = SuiteRun()
+        for index, (test_input, expected) in enumerate(cases):
+            if self._budget.exhausted:
+                run.outcomes.extend(_not_run(range(index, len(cases)), _NOT_RUN))
+                break
+            outcome = await self._stdin_test(
+                program, index, (test_input, expected), judge=judge, run=run
+            )
+            run.outcomes.append(outcome)
+            if self._stop and outcome.verdict is not Verdict.ACCEPTED:
+                break
+        return run
+
+    async def _stdin_test(
+        self,
+        program: Program,
+        index: int,
+        case: tuple[str, str],
+        *,
+        judge: OutputJudge,
+        run: SuiteRun,
+    ) -> TestOutcome:
+        test_input, expected = case
+        stdin, files = program.language.test_io(program.source, test_input)
+        request = program.request(
+            self._limits,
+            time_s=min(self._limits.time_s, self._budget.left_s),
+            stdin=stdin,
+            files=files,
+        )
+        with _tracer.start_as_current_span("test") as span:
+            span.set_attribute("rewardbus.test.index", index)
+            result = await self._sandbox.execute(request)
+            self._budget.spend(result.wall_ms)
+            failed = failure_verdict(result)
+            if failed is not None:
+                judged = Judged(failed, 0.0, describe_exit(result))
+            else:
+                judged = await judge(index, test_input, expected, result.stdout)
+            span.set_attribute("rewardbus.verdict", judged.verdict.value)
+        run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
+        return _outcome(index, judged, result)
+
+    async def harness_tests(
+        self,
+        program: Program,
+        plan: HarnessPlan,
+        expected: Sequence[Any] | None,
+        tolerance: float | None,
+    ) -> SuiteRun:
+        """All tests in one harness execution; call results compared with ``expected``."""
+        count = len(plan.tests)
+        markers = new_markers(count)
+        budget_s = self._budget.left_s
+        time_s = min(count * plan.time_s, budget_s) + _HARNESS_STARTUP_S
+        request = program.request(
+            self._limits,
+            time_s=time_s,
+            stdin=markers_stdin(markers),
+            files=plan.files(program.source, budget_s=budget_s, stop_on_failure=self._stop),
+            entry=plan.entry,
+            memory_slack_mb=_HARNESS_MEMORY_MB,
+            output_slack_bytes=count * _RECORD_BYTES,
+        )
+        with _tracer.start_as_current_span("tests") as span:
+            span.set_attribute("rewardbus.test.count", count)
+            result = await self._sandbox.execute(request)
+        self._budget.spend(result.wall_ms)
+        records = parse_records(result.stdout, markers)
+        run = SuiteRun()
+        missing: Judged | None = None
+        for index, record in enumerate(records):
+            if record is None:
+                missing = missing or _missing(result)
+                judged, timing = missing, None
+                missing = Judged(missing.verdict, 0.0, "not run: the execution ended")
+            else:
+                judged = _judge_record(record, expected, index, tolerance)
+                timing = record
+            run.outcomes.append(_outcome(index, judged, timing))
+            if self._stop and judged.verdict is not Verdict.ACCEPTED:
+                break
+        failed = any(o.verdict is not Verdict.ACCEPTED for o in run.outcomes)
+        run.keep_output(result, failed=failed, stdout=strip_markers(result.stdout, markers))
+        return run
+
+    async def program_tests(
+        self,
+        programs: Sequence[
+            Program | CompileFailure | Callable[[], Awaitable[Program | CompileFailure]]
+        ],
+    ) -> SuiteRun:
+        """Each test is a whole program that passes by exiting cleanly.
+
+        Items may be callables that build the program on demand, so a stopped or
+        out-of-time suite does not compile the rest.
+        """
+        run = SuiteRun()
+        for index, item in enumerate(programs):
+            if self._budget.exhausted:
+                run.outcomes.extend(_not_run(range(index, len(programs)), _NOT_RUN))
+                break
+            program = item if isinstance(item, (Program, CompileFailure)) else await item()
+            if isinstance(program, CompileFailure):
+                judged = Judged(Verdict.COMPILE_ERROR, 0.0, program.message[:300])
+                run.outcomes.append(_outcome(index, judged, None))
+            else:
+                run.outcomes.append(await self._program_test(program, index, run))
+            if self._stop and run.outcomes[-1].verdict is not Verdict.ACCEPTED:
+                break
+        return run
+
+    async def _program_test(self, program: Program, index: int, run: SuiteRun) -> TestOutcome:
+        request = program.request(
+            self._limits, time_s=min(self._limits.time_s, self._budget.left_s)
+        )
+        with _tracer.start_as_current_span("test") as span:
+            span.set_attribute("rewardbus.test.index", index)
+            result = await self._sandbox.execute(request)
+        self._budget.spend(result.wall_ms)
+        failed = failure_verdict(result)
+        if failed is None:
+            judged = Judged(Verdict.ACCEPTED, 1.0)
+        elif failed is Verdict.RUNTIME_ERROR and _ASSERTION.search(result.stderr[-4096:]):
+            # A failed assertion is a wrong answer, not a crash.
+            judged = Judged(Verdict.WRONG_ANSWER, 0.0, describe_exit(result))
+        else:
+            judged = Judged(failed, 0.0, describe_exit(result))
+        run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
+        return _outcome(index, judged, result)
+
+
+def _judge_record(
+    record: dict[str, Any], expected: Sequence[Any] | None, index: int, tolerance: float | None
+) -> Judged:
+    message = str(record.get("message", ""))[:300]
+    if record["verdict"] == "returned":
+        if expected is None:
+            return Judged(Verdict.SANDBOX_ERROR, 0.0, "harness returned a value in assert mode")
+        if "value" not in record:
+            return Judged(Verdict.WRONG_ANSWER, 0.0, "return value is not JSON-serialisable")
+        if call_result_matches(record["value"], expected[index], tolerance):
+            return Judged(Verdict.ACCEPTED, 1.0)
+        return Judged(
+            Verdict.WRONG_ANSWER, 0.0, _difference(_show(record["value"]), _show(expected[index]))
+        )
+    try:
+        verdict = Verdict(record["verdict"])
+    except ValueError:
+        return Judged(Verdict.SANDBOX_ERROR, 0.0, f"unknown harness verdict {record['verdict']!r}")
+    return Judged(verdict, 1.0 if verdict is Verdict.ACCEPTED else 0.0, message)
+
+
+def _missing(result: ExecResult) -> Judged:
+    """The verdict of the test during which the harness execution ended."""
+    verdict = failure_verdict(result)
+    if verdict is None:
+        return Judged(Verdict.RUNTIME_ERROR, 0.0, "the test reported no result")
+    return Judged(verdict, 0.0, describe_exit(result))
+
+
+def _outcome(index: int, judged: Judged, timing: ExecResult | dict[str, Any] | None) -> TestOutcome:
+    if isinstance(timing, ExecResult):
+        wall, cpu, memory = timing.wall_ms, timing.cpu_ms, timing.peak_memory_kb
+    elif timing is not None:
+        wall = _number(timing.get("wall_ms"))
+        cpu = _number(timing.get("cpu_ms"))
+        memory = int(_number(timing.get("peak_memory_kb")))
+    else:
+        wall = cpu = 0.0
+        memory = 0
+    return TestOutcome(
+        index=index,
+        verdict=judged.verdict,
+        wall_ms=round(wall, 3),
+        cpu_ms=round(cpu, 3),
+        peak_memory_kb=memory,
+        score=judged.score,
+        message=judged.message,
+    )
+
+
+def _not_run(indices: range, message: str) -> list[TestOutcome]:
+    return [TestOutcome(index=i, verdict=Verdict.TIME_LIMIT, message=message) for i in indices]
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return max(float(value), 0.0)
+    return 0.0
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _difference(actual: str, expected: str) -> str:
+    return f"expected {_clip(expected)!r}, got {_clip(actual)!r}"
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."

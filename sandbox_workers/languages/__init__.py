@@ -1,0 +1,69 @@
+"""The supported languages and their discovery.
+
+``LANGUAGES`` is the table; :func:`discover_toolchains` finds which of them this
+host can run, once, at start-up (``rewardbus doctor`` reports the result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from sandbox_workers.languages.base import (
+    BASE_ENV,
+    WORKDIR,
+    CompileStep,
+    Language,
+    Launch,
+    Toolchain,
+    utf8,
+)
+from sandbox_workers.languages.go import Go
+from sandbox_workers.languages.java import Java
+from sandbox_workers.languages.javascript import JavaScript
+from sandbox_workers.languages.native import C, Cpp
+from sandbox_workers.languages.python import Python
+from sandbox_workers.languages.rust import Rust
+from sandbox_workers.languages.shell import Bash
+from sandbox_workers.languages.sql import Sql
+
+__all__ = [
+    "BASE_ENV",
+    "LANGUAGES",
+    "WORKDIR",
+    "CompileStep",
+    "Language",
+    "Launch",
+    "Toolchain",
+    "discover_toolchains",
+    "lookup",
+    "utf8",
+]
+
+LANGUAGES: Mapping[str, Language] = {
+    language.name: language
+    for language in (Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql())
+}
+
+_BY_ALIAS: Mapping[str, Language] = {
+    alias: language for language in LANGUAGES.values() for alias in language.aliases
+}
+
+
+def lookup(name: str) -> Language | None:
+    """The language a Completion names (any alias, case-insensitive), or None."""
+    return _BY_ALIAS.get(name.strip().lower())
+
+
+def discover_toolchains(state_dir: Path) -> dict[str, Toolchain]:
+    """Toolchains installed on this host, by language name.
+
+    Runs each toolchain's ``--version`` once (trusted host binaries). A language
+    whose toolchain is missing is simply absent from the result.
+    """
+    found: dict[str, Toolchain] = {}
+    for language in LANGUAGES.values():
+        toolchain = language.discover(state_dir)
+        if toolchain is not None:
+            found[language.name] = toolchain
+    return found

@@ -1,0 +1,47 @@
+"""Bash scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sandbox_workers.languages.base import (
+    Language,
+    Launch,
+    Toolchain,
+    probe_version,
+    read_only,
+    resolve_binary,
+)
+from schemas import Limits
+
+__all__ = ["Bash"]
+
+
+class Bash(Language):
+    """GNU bash running the script file (never ``bash -c`` with a string)."""
+
+    name = "bash"
+    aliases = frozenset({"bash", "sh", "shell"})
+    fence_tags = frozenset({"bash", "sh", "shell", "zsh"})
+    extension = "sh"
+
+    def discover(self, state_dir: Path) -> Toolchain | None:
+        del state_dir
+        bash = resolve_binary("bash")
+        if bash is None:
+            return None
+        version = probe_version([str(bash), "--version"])
+        if version is None:
+            return None
+        # Scripts call coreutils, so the directory holding them is mounted too.
+        return Toolchain(
+            language=self.name,
+            version=version,
+            paths={"bash": str(bash)},
+            mounts=read_only(bash.parent),
+        )
+
+    def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
+        del limits
+        # No profile or rc file: the host's shell configuration must not leak in.
+        return Launch(argv=(toolchain.paths["bash"], "--noprofile", "--norc", entry))

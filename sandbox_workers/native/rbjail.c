@@ -1,0 +1,472 @@
+/* rbjail: run one untrusted program in a fresh jail.
+ *
+ *   rbjail [options] -- PROGRAM [ARG...]
+ *
+ * Three processes, no helpers and no shell:
+ *   supervisor  stays in the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it
+ *               SIGKILLs the jail's init, which takes the whole pid namespace down.
+ *   init        pid 1 of new pid/mount/net/ipc/uts namespaces: builds the root,
+ *               hands the caller an fd of /work (SCM_RIGHTS on the status socket),
+ *               optionally waits for "go", forks the program, enforces the wall
+ *               time limit, kills every leftover process and reports the result.
+ *   program     joins the cgroups, applies rlimits, drops to the unprivileged
+ *               uid, installs the seccomp filter and execs PROGRAM.
+ *
+ * Status socket (SOCK_SEQPACKET, --status-fd, default 3), one message each:
+ *   init -> caller   "ready" (+ fd of /work)
+ *   caller -> init   "go" (only with --wait-go)
+ *   init -> caller   "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T"
+ *   any  -> caller   "error STAGE: REASON"  (an infrastructure fault, never the program's)
+ * Exit status: the program's, 128+signal if it was killed, 125 on a jail fault.
+ *
+ * --probe prints one "LAYER ok|missing DETAIL" line per layer and exits.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rbjail_layers.h"
+
+#define JAIL_FAULT 125
+#define MAX_MOUNTS 64
+#define MAX_ENV 256
+#define MAX_CGROUPS 8
+#define MAX_RLIMITS 16
+
+struct opts {
+    int status_fd;
+    int ns;      /* new namespaces */
+    int mounts;  /* fresh root (needs ns) */
+    int seccomp;
+    int loopback;
+    int wait_go;
+    int drop_uid;
+    int probe;
+    uid_t uid;
+    gid_t gid;
+    long long time_ms;
+    pid_t parent_pid;
+    const char *root_dir;
+    const char *workdir; /* without mounts: host directory to run in */
+    const char *hostname;
+    unsigned long work_mb, tmp_mb, inodes;
+    struct rbjail_mount mount_v[MAX_MOUNTS];
+    size_t n_mounts;
+    const char *cgroup_v[MAX_CGROUPS];
+    size_t n_cgroups;
+    int cgroup_fds[MAX_CGROUPS];
+    struct rbjail_rlimit rlimit_v[MAX_RLIMITS];
+    size_t n_rlimits;
+    char *env_v[MAX_ENV + 1];
+    size_t n_env;
+    char **argv;
+};
+
+static void usage_error(const char *what, const char *arg) {
+    fprintf(stderr, "rbjail: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
+    exit(JAIL_FAULT);
+}
+
+static unsigned long long parse_num(const char *s, const char *what) {
+    if (strcmp(s, "inf") == 0) return ~0ULL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') usage_error(what, s);
+    return v;
+}
+
+static const char *need(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) usage_error("missing value for", argv[*i]);
+    return argv[++*i];
+}
+
+static void add_mount(struct opts *o, const char *host, const char *target, int kind) {
+    if (o->n_mounts >= MAX_MOUNTS) usage_error("too many mounts", NULL);
+    if (target[0] != '/') usage_error("mount target must be absolute", target);
+    o->mount_v[o->n_mounts++] = (struct rbjail_mount){host, target, kind};
+}
+
+static void add_rlimit(struct opts *o, const char *name, const char *soft, const char *hard) {
+    int res = rbjail_rlimit_resource(name);
+    if (res < 0) usage_error("unknown rlimit", name);
+    if (o->n_rlimits >= MAX_RLIMITS) usage_error("too many rlimits", NULL);
+    o->rlimit_v[o->n_rlimits++] =
+        (struct rbjail_rlimit){res, parse_num(soft, "rlimit"), parse_num(hard, "rlimit")};
+}
+
+/* Flags with no value; 1 when `a` was one of them. */
+static int parse_flag(struct opts *o, const char *a) {
+    static const struct {
+        const char *name;
+        size_t off;
+        int value;
+    } flags[] = {
+        {"--ns", offsetof(struct opts, ns), 1},
+        {"--no-ns", offsetof(struct opts, ns), 0},
+        {"--mounts", offsetof(struct opts, mounts), 1},
+        {"--no-mounts", offsetof(struct opts, mounts), 0},
+        {"--seccomp", offsetof(struct opts, seccomp), 1},
+        {"--no-seccomp", offsetof(struct opts, seccomp), 0},
+        {"--loopback", offsetof(struct opts, loopback), 1},
+        {"--no-loopback", offsetof(struct opts, loopback), 0},
+        {"--wait-go", offsetof(struct opts, wait_go), 1},
+        {"--keep-uid", offsetof(struct opts, drop_uid), 0},
+        {"--probe", offsetof(struct opts, probe), 1},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strcmp(a, flags[i].name) == 0) {
+            *(int *)((char *)o + flags[i].off) = flags[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o) {
+    *o = (struct opts){.status_fd = 3, .ns = 1, .mounts = 1, .seccomp = 1, .loopback = 1,
+                       .drop_uid = 1, .uid = 65534, .gid = 65534, .time_ms = 5000,
+                       .root_dir = NULL, .hostname = "sandbox", .work_mb = 256, .tmp_mb = 64,
+                       .inodes = 16384};
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) { i++; break; }
+        if (parse_flag(o, a)) continue;
+        if (strcmp(a, "--status-fd") == 0) o->status_fd = (int)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--root") == 0) o->root_dir = need(argc, argv, &i);
+        else if (strcmp(a, "--workdir") == 0) o->workdir = need(argc, argv, &i);
+        else if (strcmp(a, "--hostname") == 0) o->hostname = need(argc, argv, &i);
+        else if (strcmp(a, "--uid") == 0) o->uid = (uid_t)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--gid") == 0) o->gid = (gid_t)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--time-ms") == 0) o->time_ms = (long long)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--parent-pid") == 0) o->parent_pid = (pid_t)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--work-mb") == 0) o->work_mb = parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--tmp-mb") == 0) o->tmp_mb = parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--inodes") == 0) o->inodes = parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--mirror") == 0) {
+            const char *p = need(argc, argv, &i);
+            add_mount(o, p, p, RBJAIL_MIRROR);
+        } else if (strcmp(a, "--ro") == 0 || strcmp(a, "--rw") == 0) {
+            const char *host = need(argc, argv, &i);
+            add_mount(o, host, need(argc, argv, &i), a[3] == 'o' ? RBJAIL_RO : RBJAIL_RW);
+        } else if (strcmp(a, "--cgroup-procs") == 0) {
+            if (o->n_cgroups >= MAX_CGROUPS) usage_error("too many cgroups", NULL);
+            o->cgroup_v[o->n_cgroups++] = need(argc, argv, &i);
+        } else if (strcmp(a, "--rlimit") == 0) {
+            const char *name = need(argc, argv, &i);
+            const char *soft = need(argc, argv, &i);
+            add_rlimit(o, name, soft, need(argc, argv, &i));
+        } else if (strcmp(a, "--env") == 0) {
+            if (o->n_env >= MAX_ENV) usage_error("too many environment variables", NULL);
+            o->env_v[o->n_env++] = (char *)need(argc, argv, &i);
+        } else usage_error("unknown option", a);
+    }
+    o->env_v[o->n_env] = NULL;
+    o->argv = argv + i;
+    if (!o->probe && o->argv[0] == NULL) usage_error("no program given", NULL);
+    if (o->mounts && !o->ns) usage_error("--mounts needs --ns", NULL);
+    if (o->probe) return;
+    if (o->mounts && o->root_dir == NULL) usage_error("--mounts needs --root", NULL);
+    if (!o->mounts && o->workdir == NULL) usage_error("--no-mounts needs --workdir", NULL);
+}
+
+/* ------------------------------------------------------------------ status socket */
+
+static void send_msg(int fd, const char *msg, int pass_fd) {
+    struct iovec iov = {.iov_base = (void *)msg, .iov_len = strlen(msg)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass_fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    while (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+    }
+}
+
+static void send_error(int fd, const char *stage) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "error %s: %s", stage, rbjail_error());
+    send_msg(fd, msg, -1);
+}
+
+static int wait_for_go(int fd) {
+    char buf[16];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1; /* the caller went away: never run the program */
+        buf[n] = '\0';
+        return strcmp(buf, "go") == 0 ? 0 : -1;
+    }
+}
+
+/* ------------------------------------------------------------------ program */
+
+static void exec_program(const struct opts *o) {
+    const char *prog = o->argv[0];
+    if (strchr(prog, '/') != NULL) {
+        execve(prog, o->argv, o->env_v);
+    } else {
+        /* PATH search uses the jail's PATH, never the launcher's. */
+        const char *path = "/usr/local/bin:/usr/bin:/bin";
+        for (size_t i = 0; i < o->n_env; i++)
+            if (strncmp(o->env_v[i], "PATH=", 5) == 0) path = o->env_v[i] + 5;
+        char buf[PATH_MAX];
+        int saved = ENOENT;
+        while (*path) {
+            size_t len = strcspn(path, ":");
+            if (len > 0 && len + strlen(prog) + 2 < sizeof buf) {
+                snprintf(buf, sizeof buf, "%.*s/%s", (int)len, path, prog);
+                execve(buf, o->argv, o->env_v);
+                if (errno != ENOENT && errno != ENOTDIR) saved = errno;
+            }
+            path += len;
+            if (*path == ':') path++;
+        }
+        errno = saved;
+    }
+    int err = errno;
+    dprintf(2, "rbjail: cannot execute %s: %s\n", prog, strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+}
+
+static void run_program(const struct opts *o) {
+    struct rbjail_child c = {
+        .cgroup_fds = o->cgroup_fds, .n_cgroup_fds = o->n_cgroups,
+        .rlimits = o->rlimit_v, .n_rlimits = o->n_rlimits,
+        .drop_uid = o->drop_uid, .uid = o->uid, .gid = o->gid,
+        .seccomp = o->seccomp, .new_session = o->ns,
+    };
+    if (!o->ns) {
+        /* No pid namespace to take it down: die with init, lead our own group. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);
+    }
+    if (rbjail_confine(&c) < 0) {
+        send_error(o->status_fd, "confine");
+        _exit(JAIL_FAULT);
+    }
+    exec_program(o);
+}
+
+/* ------------------------------------------------------------------ init */
+
+static long long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+static void kill_leftovers(pid_t prog) {
+    if (getpid() == 1) kill(-1, SIGKILL); /* everyone in this pid namespace but us */
+    else kill(-prog, SIGKILL);
+}
+
+struct outcome {
+    int status;
+    int timed_out;
+    long long wall_us;
+};
+
+/* Wait for the program with a deadline, without polling: SIGCHLD is blocked
+ * and collected with sigtimedwait. Orphans reparented to init are reaped too. */
+static void supervise(pid_t prog, long long start_us, long long time_ms, struct outcome *out) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    long long deadline = start_us + time_ms * 1000LL;
+    int done = 0;
+    while (!done) {
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+            if (p == prog) {
+                out->status = st;
+                out->wall_us = now_us() - start_us;
+                done = 1;
+            }
+        }
+        if (done || (p < 0 && errno == ECHILD)) break;
+        long long left = deadline - now_us();
+        if (left <= 0) {
+            if (!out->timed_out) kill_leftovers(prog);
+            out->timed_out = 1;
+            left = 100000; /* the program is dying: just wait for its SIGCHLD */
+        }
+        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    kill_leftovers(prog);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
+    }
+}
+
+static void report(int fd, const struct outcome *out) {
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    int st = out->status;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "result exit=%d signal=%d wall_us=%lld utime_us=%lld stime_us=%lld maxrss_kb=%ld "
+             "timed_out=%d",
+             WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+             out->wall_us,
+             (long long)ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
+             (long long)ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec, ru.ru_maxrss,
+             out->timed_out);
+    send_msg(fd, msg, -1);
+}
+
+static int prepare_jail(const struct opts *o) {
+    if (o->mounts) {
+        struct rbjail_fs fs = {
+            .root_dir = o->root_dir, .mounts = o->mount_v, .n_mounts = o->n_mounts,
+            .work_mb = o->work_mb, .tmp_mb = o->tmp_mb, .inodes = o->inodes,
+            .uid = o->drop_uid ? o->uid : 0, .gid = o->drop_uid ? o->gid : 0,
+        };
+        if (rbjail_build_root(&fs) < 0) return -1;
+    } else if (chdir(o->workdir) < 0) {
+        return -1;
+    }
+    if (o->ns && rbjail_set_hostname(o->hostname) < 0) return -1;
+    if (o->ns && o->loopback && rbjail_loopback_up() < 0) return -1;
+    return 0;
+}
+
+static int run_init(const struct opts *o) {
+    if (o->ns) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    umask(022);
+    if (prepare_jail(o) < 0) {
+        send_error(o->status_fd, "setup");
+        return JAIL_FAULT;
+    }
+    int workfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (workfd < 0) {
+        send_error(o->status_fd, "open /work");
+        return JAIL_FAULT;
+    }
+    send_msg(o->status_fd, "ready", workfd);
+    close(workfd);
+    if (o->wait_go && wait_for_go(o->status_fd) < 0) return JAIL_FAULT;
+
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    long long start = now_us();
+    pid_t prog = fork();
+    if (prog < 0) {
+        send_error(o->status_fd, "fork");
+        return JAIL_FAULT;
+    }
+    if (prog == 0) run_program(o);
+    if (!o->ns) setpgid(prog, prog); /* as the child does: whoever runs first wins the race */
+    struct outcome out = {0};
+    supervise(prog, start, o->time_ms, &out);
+    report(o->status_fd, &out);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ supervisor */
+
+static volatile sig_atomic_t g_init_pid;
+static volatile sig_atomic_t g_kill_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    g_kill_requested = 1;
+    if (g_init_pid > 0) {
+        kill(-g_init_pid, SIGKILL);
+        kill(g_init_pid, SIGKILL);
+    }
+}
+
+static void close_inherited_fds(int keep) {
+    /* Only 0-2 and the status socket may cross into the jail. */
+    for (int fd = 3; fd < keep; fd++) close(fd);
+    if (syscall(SYS_close_range, keep + 1, ~0U, 0) < 0) {
+        for (int fd = keep + 1; fd < 1024; fd++) close(fd);
+    }
+    fcntl(keep, F_SETFD, FD_CLOEXEC);
+}
+
+static int open_cgroups(struct opts *o) {
+    for (size_t i = 0; i < o->n_cgroups; i++) {
+        o->cgroup_fds[i] = open(o->cgroup_v[i], O_WRONLY | O_CLOEXEC);
+        if (o->cgroup_fds[i] < 0) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "error cgroup: open %s: %s", o->cgroup_v[i], strerror(errno));
+            send_msg(o->status_fd, msg, -1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int wait_init(pid_t init) {
+    int st;
+    while (waitpid(init, &st, 0) < 0) {
+        if (errno != EINTR) return JAIL_FAULT;
+    }
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    return 128 + WTERMSIG(st);
+}
+
+int rbjail_probe(const char *root_dir); /* rbjail_probe.c */
+
+int main(int argc, char **argv) {
+    struct opts o;
+    parse_args(argc, argv, &o);
+    if (o.probe) return rbjail_probe(o.root_dir);
+    close_inherited_fds(o.status_fd);
+    /* If the worker dies, so does every jail it started. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (o.parent_pid > 0 && getppid() != o.parent_pid) return JAIL_FAULT;
+    if (open_cgroups(&o) < 0) return JAIL_FAULT;
+    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
+    if (o.ns && rbjail_unshare_namespaces() < 0) {
+        send_error(o.status_fd, "namespaces");
+        return JAIL_FAULT;
+    }
+    pid_t init = fork();
+    if (init < 0) {
+        send_msg(o.status_fd, "error fork: cannot start init", -1);
+        return JAIL_FAULT;
+    }
+    if (init == 0) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &dfl, NULL);
+        _exit(run_init(&o));
+    }
+    g_init_pid = init;
+    if (g_kill_requested) on_stop(SIGTERM);
+    return wait_init(init);
+}

@@ -1,0 +1,669 @@
+"""The jail, layer by layer: each test runs a real program and checks one guarantee."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_workers.jail import (
+    ALL_LAYERS,
+    IsolationUnavailable,
+    JailConfig,
+    JailSandbox,
+    detect_layers,
+)
+from sandbox_workers.jail.cgroups import CgroupLimits, V2Slot, V2Tree, detect_tree
+from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, SandboxFault
+
+PREFIX = Path(sys.base_prefix).resolve()
+PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+MOUNTS = (BindMount(PREFIX, str(PREFIX)),)
+
+
+def py(code: str, *args: str, **fields: Any) -> ExecRequest:
+    """A Python program for the jail: the worker's base interpreter, isolated mode."""
+    return ExecRequest(
+        argv=(PYTHON, "-I", "-S", "-c", code, *args),
+        extra_mounts=MOUNTS,
+        **fields,
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line carries marker (a /proc scan, no psutil)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def jailed_processes(marker: str) -> list[int]:
+    """Marked processes running as the jail's uid (not the launcher, whose argv has it too)."""
+    found = []
+    for pid in processes_with(marker):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if "\nUid:\t65534\t" in status:
+            found.append(pid)
+    return found
+
+
+def children_of_this_process() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == me:
+                found.append(int(entry))
+    return found
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll until check() holds, failing past the deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def json_out(result: ExecResult) -> dict[str, Any]:
+    assert result.exit_code == 0, result
+    value = json.loads(result.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+@pytest.fixture(scope="module")
+def jail() -> Iterator[JailSandbox]:
+    try:
+        sandbox = JailSandbox(JailConfig())
+    except IsolationUnavailable as exc:
+        pytest.skip(f"this host cannot run the strict jail: {exc}")
+    yield sandbox
+    sandbox.close()
+
+
+# ---------------------------------------------------------------------- namespaces
+
+
+@pytest.mark.sandbox
+async def test_pid_namespace_hides_everything_but_the_program(jail: JailSandbox) -> None:
+    code = (
+        "import os, json; print(json.dumps({'pid': os.getpid(), 'ppid': os.getppid(),"
+        " 'procs': sorted(p for p in os.listdir('/proc') if p.isdigit())}))"
+    )
+    out = json_out(await jail.execute(py(code)))
+    assert out["pid"] == 2
+    assert out["ppid"] == 1  # the jail's init, itself invisible (hidepid)
+    assert out["procs"] == ["2"]
+
+
+@pytest.mark.sandbox
+async def test_uts_namespace_has_its_own_hostname(jail: JailSandbox) -> None:
+    result = await jail.execute(py("import socket; print(socket.gethostname())"))
+    assert result.stdout == b"sandbox\n"
+
+
+@pytest.mark.sandbox
+async def test_network_reaches_no_host_service(jail: JailSandbox) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = (
+            "import socket, sys\n"
+            "s = socket.socket(); s.settimeout(2)\n"
+            "print(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))\n"
+        )
+        result = await jail.execute(py(code, str(port)))
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing ever arrived
+    assert result.ok
+    assert int(result.stdout) != 0  # refused: the jail's 127.0.0.1 is its own
+
+
+@pytest.mark.sandbox
+async def test_no_route_off_the_machine(jail: JailSandbox) -> None:
+    # Fails at connect(): the namespace has no route, so no packet is ever sent.
+    code = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.connect(('1.1.1.1', 53))\n"
+    )
+    result = await jail.execute(py(code, time_s=5))
+    assert result.exit_code == 1
+    assert b"Network is unreachable" in result.stderr
+    assert result.wall_ms < 1000
+
+
+# ---------------------------------------------------------------------- file system
+
+
+@pytest.mark.sandbox
+async def test_root_is_minimal_and_read_only(jail: JailSandbox, repo_root: Path) -> None:
+    code = (
+        "import os, json, sys\n"
+        "def err(f):\n"
+        "    try: f(); return None\n"
+        "    except OSError as e: return e.errno\n"
+        "print(json.dumps({\n"
+        " 'root': sorted(os.listdir('/')),\n"
+        " 'etc': sorted(os.listdir('/etc')),\n"
+        " 'dev': sorted(os.listdir('/dev')),\n"
+        " 'passwd': open('/etc/passwd').read(),\n"
+        " 'shadow': os.path.exists('/etc/shadow'),\n"
+        " 'repo': os.path.exists(sys.argv[1]),\n"
+        " 'write_root': err(lambda: open('/x', 'w')),\n"
+        " 'write_usr': err(lambda: open('/usr/x', 'w')),\n"
+        " 'cwd': os.getcwd(),\n"
+        "}))"
+    )
+    out = json_out(await jail.execute(py(code, str(repo_root / "pyproject.toml"))))
+    assert out["shadow"] is False
+    assert out["repo"] is False
+    assert out["write_root"] == 30 and out["write_usr"] == 30  # EROFS
+    assert out["cwd"] == "/work"
+    assert "shadow" not in out["etc"] and "gshadow" not in out["etc"]
+    assert {"work", "tmp", "dev", "proc", "usr", "etc"} <= set(out["root"])
+    assert "sys" not in out["root"]
+    assert "root:x:0:0" in out["passwd"] and "nobody:x:65534" in out["passwd"]
+    assert len(str(out["passwd"]).splitlines()) == 2
+    assert set(out["dev"]) == {
+        "null",
+        "zero",
+        "full",
+        "random",
+        "urandom",
+        "fd",
+        "stdin",
+        "stdout",
+        "stderr",
+        "shm",
+    }
+
+
+@pytest.mark.sandbox
+async def test_files_in_collect_out_and_symlinks_are_never_followed(jail: JailSandbox) -> None:
+    code = (
+        "import os, stat\n"
+        "assert open('in/data.txt').read() == 'hello'\n"
+        "assert stat.S_IMODE(os.stat('run.sh').st_mode) == 0o755\n"
+        "assert stat.S_IMODE(os.stat('in/data.txt').st_mode) == 0o644\n"
+        "os.makedirs('out/deep', exist_ok=True)\n"
+        "open('out/deep/result.txt', 'w').write('R')\n"
+        "open('out/top.txt', 'w').write('T')\n"
+        "os.symlink('/etc/passwd', 'out/leak.txt')\n"
+        "os.mkfifo('out/fifo.txt')\n"
+    )
+    request = py(
+        code,
+        files={"in/data.txt": b"hello", "run.sh": b"#!/bin/true\n"},
+        executables=frozenset({"run.sh"}),
+        collect=("out/**/*.txt",),
+    )
+    result = await jail.execute(request)
+    assert result.ok, result.stderr
+    assert dict(result.files) == {"out/deep/result.txt": b"R", "out/top.txt": b"T"}
+
+
+@pytest.mark.sandbox
+async def test_work_dir_size_is_capped(jail: JailSandbox) -> None:
+    code = "open('big', 'wb').write(b'x' * (20 << 20))"
+    result = await jail.execute(py(code, workdir_mb=8, file_size_mb=64))
+    assert result.exit_code == 1
+    assert b"No space left on device" in result.stderr
+
+
+@pytest.mark.sandbox
+async def test_file_size_rlimit(jail: JailSandbox) -> None:
+    code = "open('/tmp/big', 'wb').write(b'x' * (4 << 20))"
+    result = await jail.execute(py(code, file_size_mb=1))
+    assert not result.ok
+    assert result.signal == 25 or b"File too large" in result.stderr  # SIGXFSZ / EFBIG
+
+
+# ---------------------------------------------------------------------- identity, env
+
+
+@pytest.mark.sandbox
+async def test_runs_as_nobody_with_no_capabilities(jail: JailSandbox) -> None:
+    code = (
+        "import os, json\n"
+        "lines = open('/proc/self/status').read().splitlines()\n"
+        "status = dict(l.split(':\\t', 1) for l in lines if ':\\t' in l)\n"
+        "print(json.dumps({'ids': [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],\n"
+        " 'groups': os.getgroups(), 'capeff': status['CapEff'], 'capbnd': status['CapBnd'],\n"
+        " 'nnp': status['NoNewPrivs'], 'seccomp': status['Seccomp']}))"
+    )
+    out = json_out(await jail.execute(py(code)))
+    assert out["ids"] == [65534] * 4
+    assert out["groups"] == []
+    assert int(str(out["capeff"]), 16) == 0 and int(str(out["capbnd"]), 16) == 0
+    assert out["nnp"] == "1" and out["seccomp"] == "2"
+
+
+@pytest.mark.sandbox
+async def test_environment_is_scrubbed(jail: JailSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REWARDBUS_FAKE_SECRET", "hunter2")
+    code = "import os, json; print(json.dumps(dict(os.environ)))"
+    out = json_out(await jail.execute(py(code, env={"EXTRA": "1"})))
+    assert set(out) == {"PATH", "HOME", "LANG", "EXTRA"}
+    assert out["HOME"] == "/work"
+
+
+# ---------------------------------------------------------------------- seccomp, rlimits
+
+
+@pytest.mark.sandbox
+async def test_seccomp_blocks_escape_syscalls_but_not_threads(jail: JailSandbox) -> None:
+    code = (
+        "import ctypes, json, socket, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def call(f, *a):\n"
+        "    rc = f(*a); return [rc, ctypes.get_errno()]\n"
+        "def sock(*a):\n"
+        "    try: socket.socket(*a).close(); return 0\n"
+        "    except OSError as e: return e.errno\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "print(json.dumps({\n"
+        " 'ptrace': call(libc.ptrace, 0, 0, 0, 0),\n"
+        " 'unshare': call(libc.unshare, 0x10000000),\n"
+        " 'mount': call(libc.mount, b'none', b'/tmp', b'tmpfs', 0, None),\n"
+        " 'clone3': call(libc.syscall, 435, 0, 0),\n"
+        " 'keyctl': call(libc.syscall, 250, 0, 0),\n"
+        " 'bpf': call(libc.syscall, 321, 0, 0, 0),\n"
+        " 'packet': sock(17, socket.SOCK_RAW, 0),\n"
+        " 'raw': sock(socket.AF_INET, socket.SOCK_RAW, 1),\n"
+        " 'vsock': sock(40, socket.SOCK_STREAM, 0),\n"
+        " 'tcp': sock(socket.AF_INET, socket.SOCK_STREAM, 0),\n"
+        " 'unix': sock(socket.AF_UNIX, socket.SOCK_STREAM, 0),\n"
+        "}))"
+    )
+    out = json_out(await jail.execute(py(code)))
+    for name in ("ptrace", "unshare", "mount", "keyctl", "bpf"):
+        assert out[name] == [-1, 1], name  # EPERM
+    assert out["clone3"] == [-1, 38]  # ENOSYS: glibc falls back to clone
+    assert out["packet"] == 97 and out["vsock"] == 97  # EAFNOSUPPORT
+    assert out["raw"] == 1
+    assert out["tcp"] == 0 and out["unix"] == 0
+
+
+@pytest.mark.sandbox
+async def test_rlimits_cannot_be_raised(jail: JailSandbox) -> None:
+    code = (
+        "import resource, json\n"
+        "out = {}\n"
+        "for name in ('RLIMIT_NOFILE', 'RLIMIT_CPU', 'RLIMIT_FSIZE', 'RLIMIT_CORE'):\n"
+        "    r = getattr(resource, name); soft, hard = resource.getrlimit(r)\n"
+        "    inf = resource.RLIM_INFINITY\n"
+        "    try: resource.setrlimit(r, (inf, inf)); out[name] = 'raised'\n"
+        "    except (ValueError, OSError): out[name] = [soft, hard]\n"
+        "print(json.dumps(out))"
+    )
+    out = json_out(await jail.execute(py(code, time_s=2, file_size_mb=8)))
+    assert out["RLIMIT_NOFILE"] == [1024, 1024]
+    assert out["RLIMIT_CPU"] == [3, 4]
+    assert out["RLIMIT_FSIZE"] == [8 << 20, 8 << 20]
+    assert out["RLIMIT_CORE"] == [0, 0]
+
+
+# ---------------------------------------------------------------------- cgroups, limits
+
+
+@pytest.mark.sandbox
+async def test_memory_cgroup_kill_is_memory_exceeded(jail: JailSandbox) -> None:
+    code = "chunks = []\nwhile True: chunks.append(bytearray(8 << 20))"
+    result = await jail.execute(py(code, memory_mb=64, time_s=10))
+    assert result.memory_exceeded
+    assert result.signal == 9
+    assert not result.timed_out
+    assert result.peak_memory_kb >= 60 * 1024
+
+
+@pytest.mark.sandbox
+async def test_memory_limit_does_not_break_threads(jail: JailSandbox) -> None:
+    # Each thread reserves an 8 MiB stack: 64 of them exceed a 64 MiB RLIMIT_AS,
+    # which is why the memory limit is a cgroup, not an address-space limit.
+    code = (
+        "import threading\n"
+        "ts = [threading.Thread(target=sum, args=(range(10000),)) for _ in range(48)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print('ok')"
+    )
+    result = await jail.execute(py(code, memory_mb=64, max_processes=64))
+    assert result.ok, result
+    assert result.peak_memory_kb < 64 * 1024
+
+
+@pytest.mark.sandbox
+async def test_pids_limit_stops_forking(jail: JailSandbox) -> None:
+    code = (
+        "import os\n"
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            import time; time.sleep(60)\n"
+        "        n += 1\n"
+        "except OSError:\n"
+        "    print(n)\n"
+    )
+    result = await jail.execute(py(code, max_processes=16, time_s=10))
+    assert result.ok, result
+    assert 0 < int(result.stdout) < 16
+
+
+@pytest.mark.sandbox
+async def test_cpu_time_and_wall_time_are_measured(jail: JailSandbox) -> None:
+    code = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    result = await jail.execute(py(code))
+    assert result.ok
+    assert 250 <= result.cpu_ms <= 1500
+    assert 250 <= result.wall_ms <= 3000
+
+
+@pytest.mark.sandbox
+async def test_output_is_capped(jail: JailSandbox) -> None:
+    result = await jail.execute(py("while True: print('x' * 1000)", output_bytes=50_000))
+    assert result.output_exceeded
+    assert len(result.stdout) == 50_000
+    assert result.exit_code is None and result.signal == 9
+
+
+@pytest.mark.sandbox
+async def test_stdin_is_fed_whether_or_not_it_is_read(jail: JailSandbox) -> None:
+    data = os.urandom(1 << 20)
+    read_all = await jail.execute(py("import sys; print(len(sys.stdin.buffer.read()))", stdin=data))
+    assert read_all.stdout == b"1048576\n"
+    ignored = await jail.execute(py("print('done')", stdin=data))
+    assert ignored.ok and ignored.stdout == b"done\n"
+
+
+@pytest.mark.sandbox
+async def test_timeout_kills_a_double_forked_sleeper(jail: JailSandbox) -> None:
+    marker = f"rbtest-{uuid.uuid4().hex}"
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(600)\n"
+        "    os._exit(0)\n"
+        "time.sleep(600)\n"
+    )
+    result = await jail.execute(py(code, marker, time_s=0.5))
+    assert result.timed_out
+    assert result.signal == 9
+    assert 500 <= result.wall_ms < 2000
+    assert processes_with(marker) == []
+
+
+@pytest.mark.sandbox
+async def test_program_not_found_is_exit_127(jail: JailSandbox) -> None:
+    result = await jail.execute(ExecRequest(argv=("no-such-program",)))
+    assert result.exit_code == 127
+    assert b"cannot execute no-such-program" in result.stderr
+
+
+@pytest.mark.sandbox
+async def test_cancelled_execution_leaves_nothing_behind(jail: JailSandbox) -> None:
+    marker = f"rbtest-{uuid.uuid4().hex}"
+    code = "import os, time\nos.fork()\ntime.sleep(600)"
+    task = asyncio.create_task(jail.execute(py(code, marker, time_s=60)))
+    await eventually(lambda: len(jailed_processes(marker)) == 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not processes_with(marker) and not children_of_this_process())
+    assert (await jail.execute(py("print(1)"))).stdout == b"1\n"
+
+
+@pytest.mark.sandbox
+async def test_a_jail_that_cannot_be_built_is_a_sandbox_fault(jail: JailSandbox) -> None:
+    broken = (BindMount(Path("/nonexistent-rewardbus-path"), "/opt/x"),)
+    with pytest.raises(SandboxFault, match="nonexistent-rewardbus-path"):
+        await jail.execute(ExecRequest(argv=("/bin/true",), extra_mounts=broken))
+    assert children_of_this_process() == []
+    assert (await jail.execute(ExecRequest(argv=("/bin/true",)))).ok
+
+
+@pytest.mark.sandbox
+async def test_invalid_requests_are_refused_before_anything_runs(jail: JailSandbox) -> None:
+    with pytest.raises(ValueError, match="work directory"):
+        await jail.execute(ExecRequest(argv=("/bin/true",), files={"../escape": b""}))
+    with pytest.raises(ValueError, match="environment"):
+        await jail.execute(ExecRequest(argv=("/bin/true",), env={"A=B": "x"}))
+    with pytest.raises(ValueError, match="program"):
+        await jail.execute(ExecRequest(argv=()))
+
+
+@pytest.mark.sandbox
+async def test_concurrent_executions_do_not_see_each_other(jail: JailSandbox) -> None:
+    code = (
+        "import os, sys, json\n"
+        "open(sys.argv[1], 'w').write('x')\n"
+        "open('/tmp/' + sys.argv[1], 'w').write('x')\n"
+        "print(json.dumps(sorted(os.listdir('.')) + sorted(os.listdir('/tmp'))))"
+    )
+    results = await asyncio.gather(*(jail.execute(py(code, f"f{i}")) for i in range(6)))
+    for i, result in enumerate(results):
+        assert json.loads(result.stdout) == [f"f{i}", f"f{i}"]
+
+
+# ---------------------------------------------------------------------- strict mode, layers
+
+
+@pytest.mark.sandbox
+def test_detect_layers_reports_every_layer() -> None:
+    layers = detect_layers(JailConfig(strict=False))
+    assert [layer.name for layer in layers] == list(ALL_LAYERS)
+    if os.geteuid() == 0:
+        assert all(layer.active for layer in layers if layer.required), layers
+
+
+@pytest.mark.sandbox
+def test_strict_mode_refuses_a_missing_required_layer() -> None:
+    with pytest.raises(IsolationUnavailable) as info:
+        JailSandbox(JailConfig(disabled=frozenset({"seccomp"})))
+    assert [layer.name for layer in info.value.missing] == ["seccomp"]
+    assert not info.value.retriable
+
+
+@pytest.mark.sandbox
+async def test_non_strict_mode_runs_degraded_and_says_so() -> None:
+    async with JailSandbox(JailConfig(strict=False, disabled=frozenset({"seccomp"}))) as sandbox:
+        assert sandbox.degraded == ("seccomp",)
+        code = "print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])"
+        result = await sandbox.execute(py(code))
+        assert result.stdout == b"0\n"
+
+
+@pytest.mark.sandbox
+async def test_degraded_without_namespaces_runs_in_a_private_host_dir(tmp_path: Path) -> None:
+    work_root = tmp_path / "work"
+    config = JailConfig(
+        strict=False, disabled=frozenset({"namespaces", "mounts"}), work_root=work_root
+    )
+    sandbox = JailSandbox(config)
+    try:
+        assert sandbox.degraded == ("namespaces", "mounts")
+        request = ExecRequest(
+            argv=("/bin/sh", "-c", "id -u; cat in.txt; echo out > out.txt"),
+            files={"in.txt": b"in\n"},
+            collect=("out.txt",),
+        )
+        result = await sandbox.execute(request)
+    finally:
+        await sandbox.aclose()
+    assert result.ok, result
+    assert result.stdout == b"65534\nin\n"
+    assert dict(result.files) == {"out.txt": b"out\n"}
+    assert list(work_root.iterdir()) == []  # the per-execution dir is gone
+
+
+@pytest.mark.sandbox
+def test_layer_library_confines_a_forked_child(repo_root: Path) -> None:
+    """librbjail.so: the launcher's layer code, callable from a warm interpreter's fork."""
+    code = (
+        "import ctypes, os, resource\n"
+        "from sandbox_workers.jail import JailConfig\n"
+        "from sandbox_workers.jail.layers import load_layers\n"
+        "layers = load_layers(JailConfig())\n"
+        "layers.apply_rlimits([(resource.RLIMIT_NOFILE, 64, 64)])\n"
+        "layers.drop_capabilities()\n"
+        "layers.apply_uid(65534, 65534)\n"
+        "layers.apply_no_new_privs()\n"
+        "layers.apply_seccomp()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.ptrace(0, 0, 0, 0) == -1 and ctypes.get_errno() == 1\n"
+        "assert resource.getrlimit(resource.RLIMIT_NOFILE) == (64, 64)\n"
+        "assert os.getuid() == 65534\n"
+        "try:\n"
+        "    layers.apply_uid(0, 0)\n"
+        "except OSError as e:\n"
+        "    print('confined', e.errno)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=repo_root
+    )
+    assert proc.stdout == "confined 1\n", proc.stderr
+
+
+# ---------------------------------------------------------------------- cgroup files (no root)
+
+
+def _fake_v2_root(tmp_path: Path) -> Path:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.subtree_control").write_text("")
+    return root
+
+
+def test_cgroup_v2_slot_writes_limits_and_reads_counters(tmp_path: Path) -> None:
+    base = _fake_v2_root(tmp_path) / "rewardbus"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("cpu memory pids\n")
+    tree = V2Tree(base, "w1-1")
+    assert (tree.memory, tree.pids, tree.cpu) == (True, True, True)
+    assert (
+        base / "cgroup.subtree_control"
+    ).read_text() == "+cpu"  # last write wins in a plain file
+    slot = tree.new_slot()
+    assert isinstance(slot, V2Slot)
+    (slot.path / "memory.swap.max").write_text("max\n")
+    (slot.path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (slot.path / "cpu.stat").write_text("usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\n")
+    (slot.path / "memory.current").write_text("4096\n")
+    slot.prepare(CgroupLimits(memory_bytes=256 << 20, max_processes=32, cpu_cores=1.5))
+    assert (slot.path / "memory.max").read_text() == str(256 << 20)
+    assert (slot.path / "memory.swap.max").read_text() == "0"
+    assert (slot.path / "memory.oom.group").read_text() == "1"
+    assert (slot.path / "pids.max").read_text() == "32"
+    assert (slot.path / "cpu.max").read_text() == "150000 100000"
+    assert slot.procs_files == (slot.path / "cgroup.procs",)
+    # The "kernel" moves on: cpu time, a peak, one more OOM kill.
+    (slot.path / "cpu.stat").write_text("usage_usec 125000\nuser_usec 1\nsystem_usec 1\n")
+    (slot.path / "memory.peak").write_text(f"{(100 << 20) + 4096}\n")
+    (slot.path / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\n")
+    stats = slot.stats()
+    assert stats.cpu_ms == 120.0
+    assert stats.peak_memory_kb == 100 * 1024
+    assert stats.oom_killed
+    # Unchanged limits are not rewritten; changed ones are.
+    (slot.path / "pids.max").write_text("sentinel")
+    slot.prepare(CgroupLimits(memory_bytes=256 << 20, max_processes=32, cpu_cores=None))
+    assert (slot.path / "pids.max").read_text() == "sentinel"
+    assert (slot.path / "cpu.max").read_text() == "max 100000"
+    assert not slot.stats().oom_killed
+    (slot.path / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    assert slot.is_empty()
+    for child in slot.path.iterdir():
+        child.unlink()
+    assert slot.remove()
+
+
+def _unified_mount() -> Path | None:
+    for path in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if (path / "cgroup.procs").exists() and (path / "cgroup.controllers").exists():
+            return path
+    return None
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(
+    os.geteuid() != 0 or _unified_mount() is None, reason="needs root and a cgroup2 mount"
+)
+def test_cgroup_v2_slot_on_the_real_unified_hierarchy() -> None:
+    """Join, account, kill and remove on a real cgroup2 (controllers may be on v1 here)."""
+    root = _unified_mount()
+    assert root is not None
+    base = root / f"rewardbus-test-{uuid.uuid4().hex[:8]}"
+    tree = V2Tree(base, "w1-1")
+    slot = tree.new_slot()
+    slot.prepare(CgroupLimits(memory_bytes=64 << 20, max_processes=8, cpu_cores=1.0))
+    code = "import sys; open(sys.argv[1], 'w').write('0'); print('in', flush=True); input()"
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(slot.procs_files[0])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stdout.readline() == b"in\n"
+        assert not slot.is_empty()
+        assert slot.stats().cpu_ms is not None
+        slot.kill()
+        assert proc.wait(timeout=10) == -9
+    assert slot.is_empty()
+    assert slot.remove()
+    tree.close()
+    base.rmdir()  # fails if the instance dir were left behind
+
+
+def test_cgroup_v2_detection_from_mountinfo(tmp_path: Path) -> None:
+    root = _fake_v2_root(tmp_path)
+    (root / "system.slice").mkdir()
+    mountinfo = f"30 1 0:26 / {root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    tree = detect_tree("rewardbus", mountinfo=mountinfo, proc_cgroup="0::/system.slice/worker\n")
+    assert isinstance(tree, V2Tree)
+    # Next to the worker's own cgroup, never inside it (v2: no processes in inner nodes).
+    assert (root / "system.slice" / "rewardbus").is_dir()
+    assert not (root / "system.slice" / "worker").exists()
+
+
+def test_cgroup_v1_detection_nests_under_own_cgroup(tmp_path: Path) -> None:
+    mountinfo = "".join(
+        f"{30 + i} 1 0:{40 + i} / {tmp_path / name} rw - cgroup cgroup rw,{opts}\n"
+        for i, (name, opts) in enumerate(
+            [("memory", "memory"), ("pids", "pids"), ("cpu,cpuacct", "cpu,cpuacct")]
+        )
+    )
+    proc_cgroup = "4:memory:/job/7\n3:pids:/\n2:cpu,cpuacct:/\n0::/\n"
+    tree = detect_tree("rewardbus", mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    assert tree is not None and tree.version == 1
+    slot = tree.new_slot()
+    # One cgroup.procs per hierarchy: cpu and cpuacct share one.
+    hierarchies = sorted(p.relative_to(tmp_path).parts[0] for p in slot.procs_files)
+    assert hierarchies == ["cpu,cpuacct", "memory", "pids"]
+    # v1 allows nesting under the worker's own cgroup, so host limits still apply.
+    assert (tmp_path / "memory" / "job" / "7" / "rewardbus").is_dir()
+    assert (tmp_path / "pids" / "rewardbus").is_dir()
