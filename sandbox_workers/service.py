@@ -40,6 +40,7 @@ from schemas import (
     SchemaError,
     TestSuite,
     decode,
+    unpack_programs,
     encode,
     extract_context,
     inject_context,
@@ -291,12 +292,25 @@ class _Worker:
             return
         span.set_attribute("rewardbus.sample_id", completion.sample_id)
         span.set_attribute("rewardbus.batch_id", completion.batch_id)
+        programs = unpack_programs(completion)
+        span.set_attribute("rewardbus.programs", len(programs))
+        await asyncio.gather(
+            *(self._judge_program(record, index, one, queue_ms) for index, one in programs)
+        )
+
+    async def _judge_program(
+        self, record: Any, index: int, completion: Completion, queue_ms: float
+    ) -> None:
         event = await self._execute(record, completion)
         if event is None:
             return
         event = msgspec.structs.replace(
-            event, queue_ms=round(queue_ms, 3), worker_id=self.config.worker_id
+            event,
+            queue_ms=round(queue_ms, 3),
+            worker_id=self.config.worker_id,
+            program_index=index,
         )
+        span = trace.get_current_span()
         span.set_attribute("rewardbus.verdict", str(event.verdict))
         span.set_attribute("rewardbus.score", event.score)
         await self._emit_reward(event)

@@ -24,6 +24,8 @@ from schemas.messages import (
     TestOutcome,
     TestSuite,
     Verdict,
+    program_sample_id,
+    unpack_programs,
 )
 from schemas.settings import KafkaSettings
 from schemas.state import (
@@ -72,6 +74,8 @@ __all__ = [
     "extract_context",
     "header",
     "inject_context",
+    "program_sample_id",
+    "unpack_programs",
     "state_key",
     "suite_digest",
 ]

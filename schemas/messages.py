@@ -31,6 +31,8 @@ __all__ = [
     "TestOutcome",
     "TestSuite",
     "Verdict",
+    "program_sample_id",
+    "unpack_programs",
 ]
 
 SCHEMA_VERSION = 1
@@ -124,7 +126,13 @@ TestSuite = IoSuite | AssertSuite | CheckerSuite
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
-    """One model completion to judge; key on the wire is ``sample_id``."""
+    """One model completion to judge; key on the wire is ``sample_id``.
+
+    ``programs`` packs several candidate programs into one message (one test
+    suite, one round trip): program ``i`` is judged as its own sample,
+    ``program_sample_id(sample_id, i)``, and gets its own RewardEvent with
+    ``program_index=i``. List those ids in the batch manifest.
+    """
 
     sample_id: str
     batch_id: str = ""
@@ -133,6 +141,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     language: str = "python"
     response: str | None = None
     code: str | None = None
+    programs: list[str] = []
     tests: TestSuite | None = None
     problem_id: str | None = None
     tests_digest: str | None = None
@@ -140,6 +149,30 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = msgspec.field(default_factory=_now)
     attributes: dict[str, str] = {}
     schema_version: int = SCHEMA_VERSION
+
+
+def program_sample_id(sample_id: str, index: int) -> str:
+    """The sample id of program ``index`` of a multi-program completion."""
+    return f"{sample_id}#{index}"
+
+
+def unpack_programs(completion: Completion) -> list[tuple[int, Completion]]:
+    """One single-program completion per packed program (or the completion itself)."""
+    if not completion.programs:
+        return [(0, completion)]
+    return [
+        (
+            index,
+            msgspec.structs.replace(
+                completion,
+                sample_id=program_sample_id(completion.sample_id, index),
+                code=program,
+                response=None,
+                programs=[],
+            ),
+        )
+        for index, program in enumerate(completion.programs)
+    ]
 
 
 class TestOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -264,3 +264,71 @@ async def test_one_sample_trace_spans_producer_worker_and_aggregator(
     # The batch span is its own trace and links back to the sample.
     emit = [s for s in spans if s.name == "emit scored batch"]
     assert any(link.context.trace_id == trace_id for s in emit for link in s.links)
+
+
+async def test_multi_program_completion_against_a_shared_problem(kafka: KafkaSettings) -> None:
+    from schemas import ProblemRecord, program_sample_id, suite_digest
+
+    await ensure_topics(kafka, partitions=4)
+    suite = IoSuite(inputs=["2 3\n", "1 1\n"], outputs=["5\n", "2\n"])
+    digest = suite_digest(suite)
+    packed = Completion(
+        sample_id="b5-s0",
+        batch_id="b5",
+        group_id="b5-g0",
+        programs=[ADD, SUB, ADD],
+        problem_id="sum-two",
+        tests_digest=digest,
+    )
+    ids = [program_sample_id(packed.sample_id, i) for i in range(3)]
+    manifest = BatchManifest(
+        batch_id="b5", sample_ids=ids, group_ids=["b5-g0"] * 3, deadline=time.time() + 120
+    )
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id="learner") as learner,
+    ):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_problem(
+                ProblemRecord(problem_id="sum-two", digest=digest, tests=suite)
+            )
+            await producer.publish_manifest(manifest)
+            await producer.publish(packed)
+        batch = await learner.get("b5", timeout=90)
+    assert batch.complete
+    assert [s.sample_id for s in batch.samples] == ids
+    assert [s.score for s in batch.samples] == [1.0, 0.0, 1.0]
+    rewards = [
+        decode(v, RewardEvent)
+        for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 3)
+    ]
+    assert sorted(r.program_index for r in rewards) == [0, 1, 2]
+    # Program 2 is program 0 again: judged once, served from the result cache.
+    assert sum(r.cache_hit for r in rewards) >= 1
+
+
+async def test_digest_mismatch_is_a_dead_letter_not_a_wrong_verdict(kafka: KafkaSettings) -> None:
+    from schemas import ProblemRecord, suite_digest
+
+    await ensure_topics(kafka, partitions=4)
+    suite = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
+    stale = Completion(
+        sample_id="b6-s0",
+        batch_id="b6",
+        code=ADD,
+        problem_id="p6",
+        tests_digest="sha256:" + "0" * 64,
+    )
+    async with _running(_worker(kafka, "w1")):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_problem(
+                ProblemRecord(problem_id="p6", digest=suite_digest(suite), tests=suite)
+            )
+            await producer.publish(stale)
+        letters = [
+            decode(v, DeadLetter)
+            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
+        ]
+    assert letters[0].error_type == "DigestMismatch"
+    assert "digest" in letters[0].reason
