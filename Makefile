@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11+"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,faust]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 kafka-jars: $(KAFKA_LIB)/.complete

@@ -84,7 +84,7 @@ class AssemblerLimits:
     """Bounds and scoring options of one assembler (one input partition)."""
 
     max_pending_batches: int = 10_000
-    max_pending_samples: int = 1_000_000
+    max_pending_samples: int = 100_000
     pending_ttl_s: float = 600.0
     # For manifests that carry no deadline (deadline <= 0): this long after arrival.
     default_deadline_s: float = 600.0

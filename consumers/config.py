@@ -24,7 +24,7 @@ class AggregatorConfig:
     # batches and samples, each batch for at most pending_ttl_s; beyond that they
     # are dropped, logged and counted.
     max_pending_batches: int = 10_000
-    max_pending_samples: int = 1_000_000
+    max_pending_samples: int = 100_000
     pending_ttl_s: float = 600
     # GRPO: divide by the group's std (verl's norm_adv_by_std_in_grpo).
     normalize_by_std: bool = True

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers import AggregatorConfig, ScoredBatches, run_aggregator
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
-from rewardbus.topics import ensure_topics
+from rewardbus.topics import await_group_members, ensure_topics
 from schemas import KafkaSettings, RewardEvent, SchemaError, ScoredBatch, Topics, decode
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -152,7 +151,7 @@ async def _worker_pool(
             )
         for index, proc in enumerate(procs):
             await _await_ready(proc, logs / f"worker-{index}.log")
-        await _await_group(kafka, WORKER_GROUP, options.workers)
+        await await_group_members(kafka, WORKER_GROUP, options.workers)
         _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
         yield procs
     finally:
@@ -168,32 +167,6 @@ async def _await_ready(proc: asyncio.subprocess.Process, log: Path) -> None:
         await proc.wait()
         tail = log.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"sandbox worker failed to start (status {proc.returncode}):\n{tail}")
-
-
-async def _await_group(kafka: KafkaSettings, group: str, members: int) -> None:
-    """Wait until every worker is a member, so the figures exclude the first rebalance."""
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            described = await admin.describe_consumer_groups([group])
-            found = _group_members(described)
-            if found >= members:
-                return
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"only some of {members} workers joined {group!r}")
-    finally:
-        await admin.close()
-
-
-def _group_members(described: Any) -> int:
-    for response in described:
-        for entry in response.groups:
-            # (error_code, group_id, state, protocol_type, protocol, members, ...)
-            if entry[2] == "Stable":
-                return len(entry[5])
-    return 0
 
 
 async def _stop_workers(procs: list[asyncio.subprocess.Process]) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from schemas import KafkaSettings
 
-__all__ = ["ensure_topics"]
+__all__ = ["await_group_members", "ensure_topics"]
 
 _COMPACTED = {"cleanup.policy": "compact"}
 # Fingerprints are unbounded (every distinct program adds one), and every worker
@@ -60,3 +61,31 @@ async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str]) -> No
             return
         await asyncio.sleep(0.1)
     raise TimeoutError(f"topics not visible after creation: {names}")
+
+
+async def await_group_members(
+    kafka: KafkaSettings, group_id: str, members: int, *, timeout_s: float = 60.0
+) -> None:
+    """Wait until consumer group ``group_id`` is stable with at least ``members`` members."""
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            described = await admin.describe_consumer_groups([group_id])
+            if _stable_members(described) >= members:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"fewer than {members} members joined {group_id!r}")
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+def _stable_members(described: list[Any]) -> int:
+    for response in described:
+        for group in response.groups:
+            # DescribeGroups v0..: (error_code, group_id, state, protocol_type, protocol, members, ...)
+            if group[2] == "Stable":
+                return len(group[5])
+    return 0

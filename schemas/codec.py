@@ -42,7 +42,7 @@ def decode(data: bytes | None, message_type: type[T]) -> T:
     if decoder is None:
         decoder = _decoders[message_type] = msgspec.msgpack.Decoder(message_type)
     try:
-        message = decoder.decode(data)
+        message: T = decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise SchemaError(f"not a valid {message_type.__name__}: {exc}") from None
     version = getattr(message, "schema_version", SCHEMA_VERSION)

@@ -79,7 +79,7 @@ class _SuiteOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     all_or_nothing: bool = False
 
 
-class IoSuite(_SuiteOptions, tag="io", tag_field="kind"):
+class IoSuite(_SuiteOptions, frozen=True, kw_only=True, tag="io", tag_field="kind"):
     """Input/output cases, the APPS/TACO/CodeContests shape.
 
     Without ``fn_name`` each input is a stdin string and each output the expected
@@ -94,7 +94,7 @@ class IoSuite(_SuiteOptions, tag="io", tag_field="kind"):
     float_tolerance: NonNegative = 1e-6
 
 
-class AssertSuite(_SuiteOptions, tag="assert", tag_field="kind"):
+class AssertSuite(_SuiteOptions, frozen=True, kw_only=True, tag="assert", tag_field="kind"):
     """HumanEval/MBPP style: test ``code`` defining ``check(candidate)``.
 
     With ``entry_point`` the harness calls ``check(<entry_point>)``; without it the
@@ -114,7 +114,7 @@ class CheckerProgram(msgspec.Struct, frozen=True, kw_only=True):
     code: str
 
 
-class CheckerSuite(_SuiteOptions, tag="checker", tag_field="kind"):
+class CheckerSuite(_SuiteOptions, frozen=True, kw_only=True, tag="checker", tag_field="kind"):
     """I/O cases judged by a checker program (testlib-compatible exit codes)."""
 
     inputs: list[str]

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumers import AggregatorConfig, ScoredBatches, run_aggregator
 from producers import RolloutProducer
-from rewardbus.topics import ensure_topics
+from rewardbus.topics import await_group_members, ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
 from schemas import (
@@ -61,6 +61,11 @@ def _manifest(
     )
 
 
+def _group(kafka: KafkaSettings, name: str) -> str:
+    """Per-test consumer group ids: a dead member of one test never stalls the next."""
+    return f"{kafka.topics.prefix}{name}"
+
+
 async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -94,7 +99,7 @@ def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats | None = No
     def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
         return run_worker(
             kafka,
-            WorkerConfig(group_id="workers", worker_id=worker_id, concurrency=1),
+            WorkerConfig(group_id=_group(kafka, "workers"), worker_id=worker_id, concurrency=1),
             executor,
             shutdown=stop,
             ready=ready,
@@ -106,7 +111,9 @@ def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats | None = No
 
 def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
     def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
-        return run_aggregator(kafka, AggregatorConfig(group_id="agg"), shutdown=stop, ready=ready)
+        return run_aggregator(
+            kafka, AggregatorConfig(group_id=_group(kafka, "agg")), shutdown=stop, ready=ready
+        )
 
     return start
 
@@ -131,14 +138,16 @@ async def _read_all(
 
 async def test_fifty_completions_two_workers_each_scored_exactly_once(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
-    good = _completions("b1", 50, code=lambda i: ADD if i % 2 == 0 else SUB)
+    # Distinct programs (a comment differs) so the result cache cannot do the work.
+    good = _completions("b1", 50, code=lambda i: f"# sample {i}\n" + (ADD if i % 2 == 0 else SUB))
     stats = [WorkerStats(), WorkerStats()]
     async with (
         _running(_aggregator(kafka)),
         _running(_worker(kafka, "w1", stats[0])),
         _running(_worker(kafka, "w2", stats[1])),
-        ScoredBatches(kafka, group_id="learner") as learner,
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
     ):
+        await await_group_members(kafka, _group(kafka, "workers"), 2, timeout_s=60)
         async with RolloutProducer(kafka) as producer:
             await producer.publish_manifest(_manifest("b1", good))
             await producer.publish_many(good)
@@ -163,7 +172,7 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
     async with (
         _running(_aggregator(kafka)),
         _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id="learner") as learner,
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
     ):
         raw = AIOKafkaProducer(**kafka.client_kwargs())
         await raw.start()
@@ -193,7 +202,7 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
         sys.executable, "-m", "rewardbus", "worker",
         "--bootstrap-servers", kafka.bootstrap_servers,
         "--topic-prefix", kafka.topics.prefix,
-        "--group-id", "sigterm-workers",
+        "--group-id", _group(kafka, "sigterm-workers"),
     ]  # fmt: skip
     procs = [
         await asyncio.create_subprocess_exec(
@@ -208,7 +217,7 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
             assert b"ready" in line
         async with (
             _running(_aggregator(kafka)),
-            ScoredBatches(kafka, group_id="learner") as learner,
+            ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
         ):
             async with RolloutProducer(kafka) as producer:
                 await producer.publish_manifest(_manifest("b3", work))
@@ -246,7 +255,7 @@ async def test_one_sample_trace_spans_producer_worker_and_aggregator(
     async with (
         _running(_aggregator(kafka)),
         _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id="learner") as learner,
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
     ):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_manifest(_manifest("b4", one))
@@ -287,7 +296,7 @@ async def test_multi_program_completion_against_a_shared_problem(kafka: KafkaSet
     async with (
         _running(_aggregator(kafka)),
         _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id="learner") as learner,
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
     ):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(
