@@ -11,23 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-
-from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
-from rewardbus.topics import await_group_members, ensure_topics
-from schemas import KafkaSettings, RewardEvent, SchemaError, ScoredBatch, Topics, decode
+from rewardbus.local import (
+    RewardWatcher,
+    WorkerPoolOptions,
+    aggregator,
+    embedded_broker,
+    worker_pool,
+)
+from rewardbus.topics import ensure_topics
+from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -77,7 +81,11 @@ class _Progress:
 async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
     """Run the demo; 0 when every canonical solution passed and no broken one did."""
     async with contextlib.AsyncExitStack() as stack:
-        bootstrap = options.bootstrap or await stack.enter_async_context(_embedded_broker())
+        if options.bootstrap:
+            bootstrap = options.bootstrap
+        else:
+            _say("starting the embedded Kafka broker")
+            bootstrap = await stack.enter_async_context(embedded_broker())
         run_id = uuid.uuid4().hex[:8]
         kafka = KafkaSettings(
             bootstrap_servers=bootstrap, topics=Topics(prefix=f"demo-{run_id}."), client_id="demo"
@@ -85,8 +93,16 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
         _say(f"topics prefixed {kafka.topics.prefix!r} on {bootstrap}")
         await ensure_topics(kafka, partitions=max(4, 2 * options.workers))
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rewardbus-demo-")))
-        await stack.enter_async_context(_worker_pool(kafka, options, logs))
-        await stack.enter_async_context(_aggregator(kafka))
+        pool = WorkerPoolOptions(
+            workers=options.workers,
+            group_id=WORKER_GROUP,
+            log_dir=logs,
+            strict=options.strict,
+            worker_id_prefix="demo-worker",
+        )
+        await stack.enter_async_context(worker_pool(kafka, pool))
+        _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
+        await stack.enter_async_context(aggregator(kafka, "rewardbus-demo-aggregator"))
         samples = humaneval_samples(limit=options.limit)
         progress = _Progress(total=len(samples))
         work = asyncio.ensure_future(
@@ -113,98 +129,6 @@ def _say(message: str) -> None:
     print(f"rewardbus demo: {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.asynccontextmanager
-async def _embedded_broker() -> AsyncIterator[str]:
-    from rewardbus.broker import BrokerConfig, EmbeddedBroker
-
-    _say("starting the embedded Kafka broker")
-    broker = EmbeddedBroker(BrokerConfig(num_partitions=4))
-    async with broker:
-        yield broker.bootstrap_servers
-    _say("broker stopped")
-
-
-@contextlib.asynccontextmanager
-async def _worker_pool(
-    kafka: KafkaSettings, options: DemoOptions, logs: Path
-) -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    """Sandbox workers as separate processes, as in production: small, forking nothing heavy."""
-    procs: list[asyncio.subprocess.Process] = []
-    log_files = []
-    try:
-        for index in range(options.workers):
-            log_file = (logs / f"worker-{index}.log").open("wb")
-            log_files.append(log_file)
-            argv = [
-                sys.executable, "-m", "rewardbus", "worker",
-                "--bootstrap-servers", kafka.bootstrap_servers,
-                "--topic-prefix", kafka.topics.prefix,
-                "--group-id", WORKER_GROUP,
-                "--worker-id", f"demo-worker-{index}",
-            ]  # fmt: skip
-            if not options.strict:
-                argv.append("--no-strict")
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    *argv, stdout=asyncio.subprocess.PIPE, stderr=log_file
-                )
-            )
-        for index, proc in enumerate(procs):
-            await _await_ready(proc, logs / f"worker-{index}.log")
-        await await_group_members(kafka, WORKER_GROUP, options.workers)
-        _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
-        yield procs
-    finally:
-        await _stop_workers(procs)
-        for log_file in log_files:
-            log_file.close()
-
-
-async def _await_ready(proc: asyncio.subprocess.Process, log: Path) -> None:
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
-    if b"ready" not in line:
-        await proc.wait()
-        tail = log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"sandbox worker failed to start (status {proc.returncode}):\n{tail}")
-
-
-async def _stop_workers(procs: list[asyncio.subprocess.Process]) -> None:
-    for proc in procs:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=40)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def _aggregator(kafka: KafkaSettings) -> AsyncIterator[None]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task = asyncio.create_task(
-        run_aggregator(
-            kafka,
-            AggregatorConfig(group_id="rewardbus-demo-aggregator"),
-            shutdown=stop,
-            ready=ready,
-        )
-    )
-    waiter = asyncio.ensure_future(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        waiter.cancel()
-        task.result()  # raises the aggregator's start-up error
-    try:
-        yield
-    finally:
-        stop.set_result(None)
-        await asyncio.wait_for(task, timeout=30)
-
-
 async def _publish_and_collect(
     kafka: KafkaSettings,
     options: DemoOptions,
@@ -220,8 +144,12 @@ async def _publish_and_collect(
     # Map the stamped sample ids back to their variants for the summary.
     samples[:] = [s for _, chunk in batches for s in chunk]
     batch_ids = {manifest.batch_id for manifest, _ in batches}
-    async with ScoredBatches(kafka, group_id=f"demo-learner-{run_id}") as scored:
-        rewards = asyncio.create_task(_watch_rewards(kafka, progress))
+    async with (
+        ScoredBatches(kafka, group_id=f"demo-learner-{run_id}") as scored,
+        RewardWatcher(kafka) as watcher,
+    ):
+        progress.rewards, progress.reward_at = watcher.rewards, watcher.arrived_at
+        redraw = asyncio.create_task(_redraw(watcher, progress))
         try:
             async with RolloutProducer(kafka) as producer:
                 for manifest, chunk in batches:
@@ -233,36 +161,20 @@ async def _publish_and_collect(
             async for batch in scored:
                 arrived = time.monotonic()
                 progress.batches[batch.batch_id] = batch
-                for sample in batch.samples:
-                    progress.scored_at.setdefault(sample.sample_id, arrived)
-                progress.draw()
+                for scored_sample in batch.samples:
+                    progress.scored_at.setdefault(scored_sample.sample_id, arrived)
                 if batch_ids <= progress.batches.keys():
                     break
-            while len(progress.rewards) < progress.total:  # rewards may trail the last batch
-                await asyncio.sleep(0.05)
+            # A scored batch can overtake the last reward records on the way to us.
+            await watcher.wait_for(progress.total, timeout_s=options.timeout_s)
         finally:
-            rewards.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await rewards
+            redraw.cancel()
 
 
-async def _watch_rewards(kafka: KafkaSettings, progress: _Progress) -> None:
-    consumer = AIOKafkaConsumer(
-        kafka.topics.rewards, **kafka.client_kwargs(), auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        async for record in consumer:
-            try:
-                event = decode(record.value, RewardEvent)
-            except SchemaError:
-                continue
-            if event.sample_id not in progress.rewards:
-                progress.rewards[event.sample_id] = event
-                progress.reward_at[event.sample_id] = time.monotonic()
-                progress.draw()
-    finally:
-        await consumer.stop()
+async def _redraw(watcher: RewardWatcher, progress: _Progress) -> None:
+    while True:
+        await watcher.changed()
+        progress.draw()
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:

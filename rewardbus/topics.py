@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas import KafkaSettings
 
@@ -72,9 +72,14 @@ async def await_group_members(
     try:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            described = await admin.describe_consumer_groups([group_id])
-            if _stable_members(described) >= members:
-                return
+            try:
+                described = await admin.describe_consumer_groups([group_id])
+            except KafkaError as exc:
+                if not exc.retriable:  # e.g. the coordinator is still loading on a new broker
+                    raise
+            else:
+                if _stable_members(described) >= members:
+                    return
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"fewer than {members} members joined {group_id!r}")
             await asyncio.sleep(0.1)

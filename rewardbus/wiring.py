@@ -22,5 +22,10 @@ def build_executor(options: SandboxOptions) -> Executor:
 
     Strict mode raises if a required isolation layer is missing on this host.
     """
-    sandbox = JailSandbox(JailConfig(strict=options.strict))
-    return Executor(ExecutorConfig(worker_id=options.worker_id), sandbox)
+    jail = JailConfig(strict=options.strict)
+    sandbox = JailSandbox(jail)
+    # Compiled artifacts (and Go's build cache) persist across worker restarts.
+    config = ExecutorConfig(
+        worker_id=options.worker_id, compile_cache_dir=jail.cache_dir / "executor"
+    )
+    return Executor(config, sandbox)

@@ -227,7 +227,8 @@ class _Worker:
             while len(self.tasks) >= self.config.in_flight_limit and not stop.done():
                 self.slot_freed.clear()
                 freed = asyncio.ensure_future(self.slot_freed.wait())
-                await asyncio.wait([freed, stop], return_when=asyncio.FIRST_COMPLETED)
+                waiters: list[asyncio.Future[Any]] = [freed, stop]
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
                 freed.cancel()
                 await self.commit()
         finally:
