@@ -22,6 +22,7 @@ from sandbox_workers.languages.go import Go
 from sandbox_workers.languages.java import Java
 from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.native import C, Cpp
+from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.shell import Bash
@@ -42,7 +43,7 @@ __all__ = [
 
 LANGUAGES: Mapping[str, Language] = {
     language.name: language
-    for language in (Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql())
+    for language in (Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl())
 }
 
 _BY_ALIAS: Mapping[str, Language] = {

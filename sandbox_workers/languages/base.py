@@ -107,6 +107,8 @@ class Launch:
     memory_overhead_mb: int = 0
     reserve_mb: int = 0
     max_processes: int = 64
+    # Support files the runtime loads (written into the work directory).
+    files: Mapping[str, bytes] = field(default_factory=dict)
 
 
 class Language(abc.ABC):

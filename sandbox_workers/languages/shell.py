@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sandbox_workers.languages.base import (
@@ -30,9 +31,12 @@ class Bash(Language):
         bash = resolve_binary("bash")
         if bash is None:
             return None
-        version = probe_version([str(bash), "--version"])
-        if version is None:
+        banner = probe_version([str(bash), "--version"])
+        if banner is None:
             return None
+        # "GNU bash, version 5.2.15(1)-release (x86_64-pc-linux-gnu)"
+        match = re.search(r"version (\S+)", banner)
+        version = f"bash-{match.group(1)}" if match else banner
         # Scripts call coreutils, so the directory holding them is mounted too.
         return Toolchain(
             language=self.name,

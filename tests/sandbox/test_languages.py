@@ -105,6 +105,14 @@ PROGRAMS: dict[str, dict[Verdict, str]] = {
         MLE: "s=xxxxxxxxxxxxxxxx\nwhile true; do s=$s$s; done\n",
         OLE: "yes\n",
     },
+    "perl": {
+        AC: "my ($a, $b) = split ' ', <STDIN>;\nprint $a + $b, \"\\n\";\n",
+        WA: "print \"nope\\n\";\n",
+        RE: "die \"boom\";\n",
+        TLE: "1 while 1;\n",
+        MLE: "my $s = 'x' x 1024; $s .= $s while 1;\n",
+        OLE: "print \"y\\n\" while 1;\n",
+    },
     "sql": {
         AC: "SELECT a + b FROM pair;",
         WA: "SELECT a - b FROM pair;",
