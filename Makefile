@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m sandbox_workers.jail build
 	touch $@
 
 kafka-jars: $(KAFKA_LIB)/.complete
@@ -57,7 +58,10 @@ typecheck: setup
 	$(BIN)/mypy
 
 bench: setup
+	$(BIN)/python benchmarks/bench_isolation.py
 	$(BIN)/python benchmarks/bench_sandbox.py
+	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_io.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

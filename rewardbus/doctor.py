@@ -15,14 +15,14 @@ def report(out: TextIO) -> int:
     layers = detect_layers(config)
     out.write("isolation layers\n")
     for layer in layers:
-        mark = "ok  " if layer.active else "MISSING"
+        mark = "ok" if layer.active else ("MISSING" if layer.required else "absent")
         out.write(f"  {mark:8} {layer.name:14} {layer.detail}\n")
     sandbox = JailSandbox(config)
     executor = Executor(ExecutorConfig(worker_id="doctor"), sandbox)
     out.write("languages\n")
     for language, version in sorted(executor.languages.items()):
         out.write(f"  ok       {language:14} {version}\n")
-    missing = [layer.name for layer in layers if not layer.active]
+    missing = [layer.name for layer in layers if layer.required and not layer.active]
     if missing:
         out.write(f"strict mode: REFUSES to start (missing: {', '.join(missing)})\n")
         return 1

@@ -3,14 +3,15 @@
 Public surface: :class:`Executor` (judge one completion), its config and
 errors, :func:`extract_code`, and the sandbox seam (:class:`Sandbox`,
 :class:`ExecRequest`, :class:`ExecResult`, :class:`BindMount`,
-:class:`SandboxFault`) with its implementation :class:`JailSandbox`.
+:class:`SandboxFault`) with its implementation :class:`JailSandbox`
+(:class:`JailConfig`, :func:`detect_layers` for ``rewardbus doctor``).
 """
 
 from __future__ import annotations
 
 from sandbox_workers.executor import Executor, ExecutorConfig, ExecutorError, InvalidCompletion
 from sandbox_workers.extract import extract_code
-from sandbox_workers.jail import JailConfig, JailSandbox
+from sandbox_workers.jail import JailConfig, JailSandbox, detect_layers
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, Sandbox, SandboxFault
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "JailSandbox",
     "Sandbox",
     "SandboxFault",
+    "detect_layers",
     "extract_code",
 ]

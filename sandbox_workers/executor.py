@@ -189,14 +189,18 @@ class Executor:
     async def _judge_with_retries(self, task: _Task) -> tuple[_Judgement, int]:
         fault: SandboxFault | None = None
         attempts = max(self._config.max_attempts, 1)
+        attempt = 1
         for attempt in range(1, attempts + 1):
             try:
                 return await self._judge(task), attempt
             except SandboxFault as exc:
                 fault = exc
                 log.warning("sandbox fault (attempt %d/%d): %s", attempt, attempts, exc)
-        message = f"sandbox failed {attempts} times: {fault}"
-        return _Judgement(Verdict.SANDBOX_ERROR, message[: self._config.message_bytes]), attempts
+                if not getattr(exc, "retriable", True):
+                    # The host lacks something (a layer, the launcher): no retry helps.
+                    break
+        message = f"sandbox failed after {attempt} attempt(s): {fault}"
+        return _Judgement(Verdict.SANDBOX_ERROR, message[: self._config.message_bytes]), attempt
 
     async def _judge(self, task: _Task) -> _Judgement:
         suite, limits = task.suite, task.limits
@@ -324,7 +328,8 @@ def _validate(suite: TestSuite, language: Language) -> int:
         count = _validate_assert(suite, language)
     else:
         _same_length("checker", suite.inputs, suite.outputs)
-        if lookup(suite.checker.language) is None:
+        checker = lookup(suite.checker.language)
+        if checker is None or checker.output_kind == "rows":
             raise InvalidCompletion(f"unsupported checker language {suite.checker.language!r}")
         count = len(suite.inputs)
     if count == 0:

@@ -1,13 +1,14 @@
 """Per-execution cgroups on cgroup v1 and v2: memory (+swap), pids, cpu quota, accounting.
 
 A :class:`CgroupTree` owns one directory per worker instance and hands out
-:class:`CgroupSlot` s, one per concurrent execution. Slots are reused: resetting
-a slot's counters costs a few small writes, creating and removing a cgroup
-costs more (see ``benchmarks/bench_isolation.py``). The launcher joins a slot
-by writing to the ``cgroup.procs`` files in :attr:`CgroupSlot.procs_files`.
+:class:`CgroupSlot` s, one per concurrent execution. Slots are reused: a
+long-lived spawner process joins a slot once (via the ``cgroup.procs`` files in
+:attr:`CgroupSlot.procs_files`) and every jail is forked inside it, because
+moving a process into a cgroup can wait a whole RCU grace period. Resetting a
+slot's counters costs a few small writes.
 
 Counters that cannot be reset (oom kills, v2 cpu usage) are read as deltas
-from a snapshot taken in :meth:`CgroupSlot.prepare`.
+from a snapshot taken in :meth:`CgroupSlot.start_measuring`.
 """
 
 from __future__ import annotations
@@ -34,16 +35,14 @@ __all__ = [
 _V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 _V2_CONTROLLERS = ("memory", "pids", "cpu")
 _CPU_PERIOD_US = 100_000
-# Reclaiming a slot's leftover charges costs ~0.4 ms: only worth it above this.
-_TRIM_ABOVE = 1 << 20
 
 
 @dataclass(frozen=True)
 class CgroupLimits:
-    """Limits of one execution."""
+    """Limits of one execution; None leaves that controller alone (layer disabled)."""
 
-    memory_bytes: int
-    max_processes: int
+    memory_bytes: int | None
+    max_processes: int | None
     cpu_cores: float | None
 
 
@@ -133,19 +132,23 @@ class CgroupSlot(ABC):
 
     @abstractmethod
     def prepare(self, limits: CgroupLimits) -> None:
-        """Apply limits and reset or snapshot the counters before an execution."""
+        """Apply an execution's limits (only those that changed are written)."""
+
+    @abstractmethod
+    def start_measuring(self) -> None:
+        """Reset or snapshot the counters: the program starts now."""
 
     @abstractmethod
     def stats(self) -> CgroupStats:
-        """Counters since :meth:`prepare`."""
+        """Counters since :meth:`start_measuring`."""
 
     @abstractmethod
-    def is_empty(self) -> bool:
-        """No process is left in the slot."""
+    def pids(self) -> set[int]:
+        """Processes in the slot."""
 
-    @abstractmethod
-    def trim(self) -> None:
-        """Drop memory still charged to the (empty) slot, e.g. page cache a run pulled in."""
+    def is_empty(self, ignore: frozenset[int] = frozenset()) -> bool:
+        """No process is left in the slot but those in ``ignore``."""
+        return not self.pids() - ignore
 
     @abstractmethod
     def kill(self) -> None:
@@ -205,10 +208,15 @@ class V1Slot(CgroupSlot):
 
     def _apply(self, limits: CgroupLimits) -> None:
         old = self._applied
-        if "memory" in self._dirs and (old is None or old.memory_bytes != limits.memory_bytes):
-            self._set_memory(self._dirs["memory"], limits.memory_bytes)
-        if "pids" in self._dirs and (old is None or old.max_processes != limits.max_processes):
-            _write(self._dirs["pids"] / "pids.max", str(limits.max_processes))
+        memory, pids = limits.memory_bytes, limits.max_processes
+        if (
+            "memory" in self._dirs
+            and memory is not None
+            and (old is None or old.memory_bytes != memory)
+        ):
+            self._set_memory(self._dirs["memory"], memory)
+        if "pids" in self._dirs and pids is not None and (old is None or old.max_processes != pids):
+            _write(self._dirs["pids"] / "pids.max", str(pids))
         if "cpu" in self._dirs and (old is None or old.cpu_cores != limits.cpu_cores):
             quota = -1 if limits.cpu_cores is None else int(limits.cpu_cores * _CPU_PERIOD_US)
             _write(self._dirs["cpu"] / "cpu.cfs_period_us", str(_CPU_PERIOD_US))
@@ -217,10 +225,14 @@ class V1Slot(CgroupSlot):
 
     def prepare(self, limits: CgroupLimits) -> None:
         self._apply(limits)
+
+    def start_measuring(self) -> None:
         if "memory" in self._dirs:
             memory = self._dirs["memory"]
             _write(memory / "memory.max_usage_in_bytes", "0")  # resets to current usage
-            # What earlier runs left charged (trimmed above a threshold) is not this run's.
+            # Page cache earlier runs left charged here is not this run's. (Forcing it
+            # out with memory.force_empty would evict shared files, e.g. the Python
+            # stdlib, from the page cache for everyone: measured 4-5 ms per run.)
             self._baseline = _read_int(memory / "memory.usage_in_bytes") or 0
             self._oom_before = _read_keyed(memory / "memory.oom_control").get("oom_kill", 0)
         if "cpuacct" in self._dirs:
@@ -239,14 +251,8 @@ class V1Slot(CgroupSlot):
             oom = _read_keyed(memory / "memory.oom_control").get("oom_kill", 0) > self._oom_before
         return CgroupStats(cpu_ms=cpu_ms, peak_memory_kb=peak_kb, oom_killed=oom)
 
-    def is_empty(self) -> bool:
-        return not any(_pids_in(p) for p in self.procs_files)
-
-    def trim(self) -> None:
-        memory = self._dirs.get("memory")
-        if memory is not None and (_read_int(memory / "memory.usage_in_bytes") or 0) > _TRIM_ABOVE:
-            with contextlib.suppress(OSError):
-                _write(memory / "memory.force_empty", "0")
+    def pids(self) -> set[int]:
+        return {pid for procs in self.procs_files for pid in _pids_in(procs)}
 
     def kill(self) -> None:
         _kill_listed(self.procs_files)
@@ -302,14 +308,15 @@ class V2Slot(CgroupSlot):
 
     def _apply(self, limits: CgroupLimits) -> None:
         old, on = self._applied, self._controllers
-        if "memory" in on and (old is None or old.memory_bytes != limits.memory_bytes):
-            _write(self.path / "memory.max", str(limits.memory_bytes))
+        memory, pids = limits.memory_bytes, limits.max_processes
+        if "memory" in on and memory is not None and (old is None or old.memory_bytes != memory):
+            _write(self.path / "memory.max", str(memory))
             if (self.path / "memory.swap.max").exists():  # absent without swap accounting
                 _write(self.path / "memory.swap.max", "0")
             # An OOM kills the whole execution, not one random process of it.
             _write(self.path / "memory.oom.group", "1")
-        if "pids" in on and (old is None or old.max_processes != limits.max_processes):
-            _write(self.path / "pids.max", str(limits.max_processes))
+        if "pids" in on and pids is not None and (old is None or old.max_processes != pids):
+            _write(self.path / "pids.max", str(pids))
         if "cpu" in on and (old is None or old.cpu_cores != limits.cpu_cores):
             cores = limits.cpu_cores
             quota = "max" if cores is None else str(int(cores * _CPU_PERIOD_US))
@@ -332,6 +339,8 @@ class V2Slot(CgroupSlot):
 
     def prepare(self, limits: CgroupLimits) -> None:
         self._apply(limits)
+
+    def start_measuring(self) -> None:
         if "memory" in self._controllers:
             self._reset_peak()
         self._baseline = _read_int(self.path / "memory.current") or 0
@@ -358,17 +367,15 @@ class V2Slot(CgroupSlot):
             oom_killed=events.get("oom_kill", 0) > self._oom_before,
         )
 
-    def is_empty(self) -> bool:
-        populated = _read_keyed(self.path / "cgroup.events").get("populated")
-        if populated is not None:
-            return populated == 0
-        return not _pids_in(self.path / "cgroup.procs")
+    def pids(self) -> set[int]:
+        return set(_pids_in(self.path / "cgroup.procs"))
 
-    def trim(self) -> None:
-        current = _read_int(self.path / "memory.current") or 0
-        if current > _TRIM_ABOVE:
-            with contextlib.suppress(OSError):  # memory.reclaim: Linux 5.19+
-                _write(self.path / "memory.reclaim", str(current))
+    def is_empty(self, ignore: frozenset[int] = frozenset()) -> bool:
+        if not ignore:  # cgroup.events counts descendants too, without a pid read
+            populated = _read_keyed(self.path / "cgroup.events").get("populated")
+            if populated is not None:
+                return populated == 0
+        return super().is_empty(ignore)
 
     def kill(self) -> None:
         try:

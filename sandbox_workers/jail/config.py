@@ -111,6 +111,9 @@ class JailConfig:
 
     ``disabled`` switches layers off on purpose (benchmarks, debugging); a
     disabled required layer makes strict mode refuse like a missing one.
+    A *slot* (a resident spawner in its own cgroups) runs one execution at a
+    time; ``reuse_slots`` keeps emptied slots for the next execution (at most
+    ``max_idle_slots`` of them), which avoids a cgroup join per execution.
     ``cgroup_parent`` is where per-execution cgroups go, relative to the
     worker's own cgroup (cgroup v1: in each controller's hierarchy; v2: next to
     the worker's cgroup, because v2 forbids processes in inner nodes), unless
@@ -138,7 +141,8 @@ class JailConfig:
     setup_timeout_s: float = 10.0
     kill_grace_s: float = 1.0
     collect_bytes: int = 16 << 20
-    reuse_cgroups: bool = True
+    reuse_slots: bool = True
+    max_idle_slots: int = 64
 
     def __post_init__(self) -> None:
         unknown = (self.required | self.disabled) - set(ALL_LAYERS)

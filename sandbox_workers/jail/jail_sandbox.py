@@ -1,11 +1,12 @@
 """JailSandbox: the :class:`~sandbox_workers.sandbox.Sandbox` that really isolates.
 
-Per execution: a cgroup slot is prepared (limits set, counters reset), the
-``rbjail`` launcher builds a fresh jail (namespaces, private root, tmpfs /work),
-the request's files are written through an fd of that /work, the program runs
-confined (cgroups, rlimits, uid, seccomp) with a scrubbed environment, and after
-it ends every process of the jail is dead, the results are read and the slot
-is checked empty before it is reused.
+Per execution: a slot is taken from the pool (a long-lived ``rbjail --spawner``
+inside its own cgroups; limits are set), the spawner forks a supervisor that
+builds a fresh jail (namespaces, private root, tmpfs /work), the request's files
+are written through an fd of that /work, the slot's counters are reset, the
+program runs confined (rlimits, uid, seccomp) with a scrubbed environment, and
+after it ends every process of the jail is dead, the results are read and the
+slot is checked empty before it is reused.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import signal
 import tempfile
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot, CgroupStats, CgroupTree
 from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus
 from sandbox_workers.jail.detect import probe_host
-from sandbox_workers.jail.process import JailReport, Launch, monotonic_ms
+from sandbox_workers.jail.process import JailReport, Launch, Spawner, monotonic_ms
 from sandbox_workers.jail.workdir import collect_files, validate_name, write_files
 from sandbox_workers.sandbox import ExecRequest, ExecResult, SandboxFault
 
@@ -33,53 +35,88 @@ _log = logging.getLogger(__name__)
 _WORKDIR = "/work"
 
 
-class _SlotPool:
-    """Cgroup slots for concurrent executions; an emptied slot is reused."""
+# Tasks of ours in a slot's cgroups besides the program's: spawner, supervisor, init.
+_OWN_TASKS = 3
 
-    def __init__(self, tree: CgroupTree, reuse: bool) -> None:
+
+@dataclass
+class _Slot:
+    """Where one execution at a time runs: a spawner, inside its cgroups if any."""
+
+    spawner: Spawner
+    cgroup: CgroupSlot | None
+
+
+class _SlotPool:
+    """Slots for concurrent executions; a slot whose jail ended cleanly is reused."""
+
+    def __init__(self, launcher: str, tree: CgroupTree | None, max_idle: int) -> None:
+        self._launcher = launcher
         self._tree = tree
-        self._reuse = reuse
-        self._free: list[CgroupSlot] = []
+        self._max_idle = max_idle
+        self._free: list[_Slot] = []
         self._dirty: list[CgroupSlot] = []
 
-    def acquire(self, limits: CgroupLimits) -> CgroupSlot:
-        self._retry_dirty()
-        slot = self._free.pop() if self._free else self._tree.new_slot()
+    def _new(self) -> _Slot:
+        cgroup = self._tree.new_slot() if self._tree is not None else None
         try:
-            slot.prepare(limits)
-        except OSError as exc:
-            self._discard(slot)
-            raise SandboxFault(f"cannot prepare cgroup: {exc}") from exc
+            return _Slot(Spawner(self._launcher, cgroup.procs_files if cgroup else ()), cgroup)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+
+    def acquire(self, limits: CgroupLimits) -> _Slot:
+        self._retry_dirty()
+        slot = None
+        while self._free and slot is None:
+            slot = self._free.pop()
+            if not slot.spawner.alive:
+                self._discard(slot)
+                slot = None
+        slot = slot or self._new()
+        if slot.cgroup is not None:
+            try:
+                slot.cgroup.prepare(limits)
+            except OSError as exc:
+                self._discard(slot)
+                raise SandboxFault(f"cannot prepare cgroup: {exc}") from exc
         return slot
 
-    def release(self, slot: CgroupSlot) -> None:
-        if not slot.is_empty():
-            # The jail's pid namespace is gone, so nothing should be left; if
-            # something is, it is killed and the slot is never reused.
-            _log.warning("processes left in a cgroup slot after the jail ended: killing them")
-            slot.kill()
+    def release(self, slot: _Slot, *, finished: bool) -> None:
+        """Return a slot; ``finished``: its jail ended by itself (not cancelled or failed)."""
+        leftover = slot.cgroup is not None and not slot.cgroup.is_empty(
+            frozenset({slot.spawner.pid})
+        )
+        if leftover and finished:
+            # The jail's pid namespace is gone, so nothing can be left; if
+            # something is, the slot is killed and never reused.
+            _log.warning("processes left in a cgroup slot after the jail ended: killing")
+        reusable = slot.cgroup is None or slot.cgroup.reusable
+        idle_full = len(self._free) >= self._max_idle
+        if leftover or not slot.spawner.alive or idle_full or not reusable:
             self._discard(slot)
-        elif self._reuse and slot.reusable:
-            slot.trim()
-            self._free.append(slot)
         else:
-            self._discard(slot)
+            self._free.append(slot)
 
-    def _discard(self, slot: CgroupSlot) -> None:
-        if not slot.remove():
-            self._dirty.append(slot)
+    def _discard(self, slot: _Slot) -> None:
+        slot.spawner.close()
+        if slot.cgroup is not None:
+            slot.cgroup.kill()
+            if not slot.cgroup.remove():
+                self._dirty.append(slot.cgroup)
 
     def _retry_dirty(self) -> None:
         if self._dirty:
-            self._dirty = [s for s in self._dirty if not (s.kill() or s.remove())]
+            self._dirty = [c for c in self._dirty if not (c.kill() or c.remove())]
 
     def close(self) -> None:
-        for slot in self._free + self._dirty:
-            slot.kill()
-            slot.remove()
+        for slot in self._free:
+            self._discard(slot)
         self._free.clear()
-        self._dirty.clear()
-        self._tree.close()
+        self._retry_dirty()
+        if self._tree is not None:
+            self._tree.close()
 
 
 class JailSandbox:
@@ -101,7 +138,6 @@ class JailSandbox:
                 host.tree.close()
             launcher = [layer for layer in host.layers if layer.name == "launcher"]
             raise IsolationUnavailable(missing or launcher)
-        self._launcher = str(host.binaries.launcher)
         self._active = frozenset(layer.name for layer in host.layers if layer.active)
         self._degraded = tuple(layer.name for layer in host.layers if not layer.active)
         if self._degraded:
@@ -109,19 +145,19 @@ class JailSandbox:
         use_cgroups = host.tree is not None and bool(
             {"cgroup_memory", "cgroup_pids", "cgroup_cpu"} & self._active
         )
-        self._pool: _SlotPool | None = None
-        if host.tree is not None:
-            if use_cgroups:
-                self._pool = _SlotPool(host.tree, config.reuse_cgroups)
-            else:
-                host.tree.close()
+        if host.tree is not None and not use_cgroups:
+            host.tree.close()
+        tree = host.tree if use_cgroups else None
+        max_idle = config.max_idle_slots if config.reuse_slots else 0
+        self._pool = _SlotPool(str(host.binaries.launcher), tree, max_idle)
+        self._cgroups = tree is not None
         if not self._on("mounts"):
             self._work_root = config.work_root or Path(tempfile.gettempdir()) / "rewardbus-work"
             self._work_root.mkdir(parents=True, exist_ok=True)
-        self._static = tuple(self._static_argv())
+        self._static = tuple(self._static_options())
         self._closed = False
         # A sandbox nobody closed still removes its cgroups when collected or at exit.
-        self._finalizer = weakref.finalize(self, self._pool.close) if self._pool else None
+        self._finalizer = weakref.finalize(self, self._pool.close)
 
     # ------------------------------------------------------------------ public
 
@@ -140,21 +176,21 @@ class JailSandbox:
         if self._closed:
             raise SandboxFault("the jail sandbox is closed")
         _validate(request)
-        slot = self._pool.acquire(self._limits(request)) if self._pool else None
+        slot = self._pool.acquire(self._limits(request))
         hostdir = None if self._on("mounts") else self._host_workdir()
         launch: Launch | None = None
         try:
-            launch = Launch(self._argv(request, slot, hostdir), request.stdin, request.output_bytes)
+            launch = Launch(request.stdin, request.output_bytes)
+            await launch.start(slot.spawner, self._options(request, hostdir))
             workfd = await launch.ready(self._config.setup_timeout_s)
             try:
-                return await self._run(request, launch, workfd, slot)
+                return await self._run(request, launch, workfd, slot.cgroup)
             finally:
                 os.close(workfd)
         finally:
             if launch is not None:
                 launch.close()
-            if slot is not None and self._pool is not None:
-                self._pool.release(slot)
+            self._pool.release(slot, finished=launch is not None and launch.exited)
             if hostdir is not None:
                 shutil.rmtree(hostdir, ignore_errors=True)
 
@@ -172,32 +208,33 @@ class JailSandbox:
         """Synchronous :meth:`aclose`."""
         if not self._closed:
             self._closed = True
-            if self._finalizer is not None:
-                self._finalizer()
+            self._finalizer()
 
     # ------------------------------------------------------------------ one run
 
     async def _run(
-        self, request: ExecRequest, launch: Launch, workfd: int, slot: CgroupSlot | None
+        self, request: ExecRequest, launch: Launch, workfd: int, cgroup: CgroupSlot | None
     ) -> ExecResult:
         started = monotonic_ms()
         if request.files:
             owner = (self._config.uid, self._config.gid) if self._on("uid") else None
             write_files(workfd, request.files, request.executables, owner)
-            launch.go()
+        if cgroup is not None:
+            cgroup.start_measuring()  # the jail is built: what follows is the program's
+        launch.go()
         await launch.finish(request.time_s + self._config.kill_grace_s)
         if launch.error is not None or (launch.report is None and launch.stop_reason is None):
             raise launch.fault()
-        stats = slot.stats() if slot is not None else None
+        stats = cgroup.stats() if cgroup is not None else None
         files = collect_files(workfd, request.collect, self._config.collect_bytes)
         return _result(launch, launch.report, stats, monotonic_ms() - started, files)
 
     def _limits(self, request: ExecRequest) -> CgroupLimits:
-        cores = self._config.cpu_cores if self._on("cgroup_cpu") else None
+        # A disabled (or missing) controller is left alone, never half-applied.
         return CgroupLimits(
-            memory_bytes=request.memory_mb << 20,
-            max_processes=request.max_processes,
-            cpu_cores=cores,
+            memory_bytes=request.memory_mb << 20 if self._on("cgroup_memory") else None,
+            max_processes=request.max_processes + _OWN_TASKS if self._on("cgroup_pids") else None,
+            cpu_cores=self._config.cpu_cores if self._on("cgroup_cpu") else None,
         )
 
     def _host_workdir(self) -> Path:
@@ -212,9 +249,11 @@ class JailSandbox:
 
     # ------------------------------------------------------------------ argv
 
-    def _static_argv(self) -> Iterator[str]:
+    def _static_options(self) -> Iterator[str]:
         cfg = self._config
-        yield self._launcher
+        yield "--wait-go"  # counters are reset between jail setup and the program's start
+        if self._cgroups:
+            yield "--cgroupns"
         yield from ("--uid", str(cfg.uid), "--gid", str(cfg.gid))
         yield from ("--hostname", cfg.hostname, "--tmp-mb", str(cfg.tmp_mb))
         yield from ("--inodes", str(cfg.max_inodes))
@@ -255,33 +294,28 @@ class JailSandbox:
         env.update(request.env)
         return env
 
-    def _argv(
-        self, request: ExecRequest, slot: CgroupSlot | None, hostdir: Path | None
-    ) -> list[str]:
-        argv = [*self._static, "--parent-pid", str(os.getpid())]
-        argv += ["--time-ms", str(max(1, math.ceil(request.time_s * 1000)))]
-        argv += ["--work-mb", str(request.workdir_mb)]
+    def _options(self, request: ExecRequest, hostdir: Path | None) -> list[str]:
+        """The supervisor's options for one request (the spawner adds nothing)."""
+        options = [*self._static, "--time-ms", str(max(1, math.ceil(request.time_s * 1000)))]
+        options += ["--work-mb", str(request.workdir_mb)]
         if hostdir is not None:
-            argv += ["--workdir", str(hostdir)]
-        elif request.extra_mounts:
+            options += ["--workdir", str(hostdir)]
+        else:
             for mount in request.extra_mounts:
-                argv += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
-        if slot is not None:
-            for procs in slot.procs_files:
-                argv += ["--cgroup-procs", str(procs)]
-        argv += self._rlimits(request)
-        if request.files:
-            argv.append("--wait-go")
+                options += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
+        options += self._rlimits(request)
         for key, value in self._env(request, hostdir).items():
-            argv += ["--env", f"{key}={value}"]
-        argv.append("--")
-        argv += request.argv
-        return argv
+            options += ["--env", f"{key}={value}"]
+        options.append("--")
+        options += request.argv
+        return options
 
 
 def _validate(request: ExecRequest) -> None:
     if not request.argv or not request.argv[0]:
         raise ValueError("ExecRequest.argv must name a program")
+    if any("\0" in arg for arg in request.argv) or any("\0" in v for v in request.env.values()):
+        raise ValueError("argv and environment values cannot contain NUL bytes")
     for name in request.files:
         validate_name(name)
     for key in request.env:
@@ -310,7 +344,9 @@ def _result(
         timed_out = report.timed_out
     if stats is not None:
         cpu_ms = stats.cpu_ms if stats.cpu_ms is not None else cpu_ms
-        rss_kb = stats.peak_memory_kb if stats.peak_memory_kb is not None else rss_kb
+        # The cgroup sees the whole tree and its tmpfs files, but not file pages
+        # that were already cached; the largest RSS sees those: report the larger.
+        rss_kb = max(rss_kb, stats.peak_memory_kb or 0)
     timed_out = timed_out or launch.stop_reason == "timeout" or signum == signal.SIGXCPU
     return ExecResult(
         exit_code=exit_code,

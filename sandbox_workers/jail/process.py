@@ -1,10 +1,15 @@
-"""One running launcher, driven by the event loop: no threads, no timers polling.
+"""Launching jails, driven by the event loop: no threads, no timers polling.
 
-The launcher is started with ``posix_spawn`` (vfork-fast, argv only, empty
-environment) and watched through file descriptors the loop already multiplexes:
-a pidfd for its exit, the stdout/stderr pipes (read with a cap), the stdin pipe
-(written as the program reads) and a SOCK_SEQPACKET status socket over which the
-jail's init reports "ready" (with an fd of /work), "result ..." or "error ...".
+A :class:`Spawner` is a long-lived ``rbjail --spawner`` sitting in one cgroup
+slot. Per execution it forks a supervisor that is born inside the slot's
+cgroups (moving a process into a cgroup can cost a full RCU grace period, ~10
+ms on cgroup v1) and answers with a pidfd for it.
+
+A :class:`Launch` is one execution, watched through file descriptors the loop
+already multiplexes: the supervisor's pidfd (exit), the stdout/stderr pipes
+(read with a cap), the stdin pipe (written as the program reads) and a
+SOCK_SEQPACKET status socket over which the jail's init reports "ready" (with an
+fd of /work), "result ..." or "error ...".
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sandbox_workers.sandbox import SandboxFault
 
-__all__ = ["JailReport", "Launch"]
+__all__ = ["JailReport", "Launch", "Spawner", "monotonic_ms"]
 
 _CHUNK = 1 << 16
 _RESET_SIGNALS = (
@@ -34,10 +41,9 @@ _RESET_SIGNALS = (
     signal.SIGCHLD,
     signal.SIGUSR1,
 )
-# After a stop request the launcher has this long to take its jail down before
+# After a stop request the supervisor has this long to take its jail down before
 # it is SIGKILLed (its init then dies through PR_SET_PDEATHSIG).
 _STOP_GRACE_S = 2.0
-_LAUNCHER_FAULT = 125
 
 
 @dataclass(frozen=True)
@@ -66,13 +72,131 @@ def _parse_report(text: str) -> JailReport:
     )
 
 
+def monotonic_ms() -> float:
+    """Milliseconds on the monotonic clock (wall time measured on the worker side)."""
+    return time.monotonic() * 1000
+
+
 def _high_fd(fd: int) -> int:
-    """Move fd above 3 so the spawn's dup2 onto 0-3 never clobbers a source."""
+    """Move fd above 3 so a dup2 onto 0-3 never clobbers a source."""
     if fd > 3:
         return fd
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 4)
     os.close(fd)
     return new
+
+
+def _recv_with_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One message and the fds passed with it (close-on-exec: never inherited)."""
+    msg, ancdata, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(16), socket.MSG_CMSG_CLOEXEC)
+    fds = [
+        fd
+        for level, kind, data in ancdata
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+        for fd in array.array("i", data[: len(data) - len(data) % 4])
+    ]
+    return msg, fds
+
+
+# ---------------------------------------------------------------------- spawner
+
+
+class Spawner:
+    """A ``rbjail --spawner`` process, inside one slot's cgroups, forking supervisors."""
+
+    def __init__(self, launcher: str, procs_files: Sequence[Path]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [launcher, "--spawner", "--parent-pid", str(os.getpid())]
+        for procs in procs_files:
+            argv += ["--cgroup-procs", str(procs)]
+        devnull = _high_fd(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+        control = _high_fd(theirs.detach())
+        try:
+            self.pid = os.posix_spawn(
+                launcher,
+                argv,
+                {},
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate([devnull] * 3)]
+                + [(os.POSIX_SPAWN_DUP2, control, 3)],
+                setpgroup=0,  # the terminal's ^C is for the worker, which drains
+                setsigmask=(),
+                setsigdef=_RESET_SIGNALS,
+            )
+        except OSError as exc:
+            ours.close()
+            raise SandboxFault(f"cannot start the jail spawner: {exc}") from exc
+        finally:
+            os.close(devnull)
+            os.close(control)
+        self._sock = ours
+        self._pidfd = os.pidfd_open(self.pid)
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        """False once the spawner has exited (it is then reaped by :meth:`close`)."""
+        return not self._closed and not _readable(self._pidfd)
+
+    async def spawn(self, options: Sequence[str], fds: Sequence[int]) -> int:
+        """Fork a supervisor with ``options`` and stdin/stdout/stderr/status ``fds``.
+
+        Returns a pidfd of the supervisor (not our child: the spawner reaps it).
+        """
+        payload = "\0".join(options).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[tuple[bytes, list[int]]] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                result = _recv_with_fds(self._sock)
+            except BlockingIOError:
+                return
+            except OSError:
+                result = (b"", [])
+            loop.remove_reader(self._sock.fileno())
+            if not reply.done():
+                reply.set_result(result)
+            else:
+                for fd in result[1]:
+                    os.close(fd)
+
+        try:
+            self._sock.sendmsg([payload], rights)
+        except OSError as exc:
+            raise SandboxFault(f"the jail spawner is gone: {exc}") from exc
+        loop.add_reader(self._sock.fileno(), readable)
+        try:
+            msg, got = await reply
+        finally:
+            loop.remove_reader(self._sock.fileno())
+        text = msg.decode(errors="replace")
+        if not text.startswith("spawned ") or len(got) != 1:
+            for fd in got:
+                os.close(fd)
+            raise SandboxFault(f"the jail spawner failed: {text or 'it exited'}")
+        return got[0]
+
+    def close(self) -> None:
+        """Stop and reap the spawner (supervisors it forked die with it)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)  # SIGKILLed: returns at once
+        os.close(self._pidfd)
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+# ---------------------------------------------------------------------- output
 
 
 class _Capture:
@@ -128,16 +252,18 @@ class _Feeder:
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
         self._loop, self._fd = loop, fd
         self._view = memoryview(data)
+        self._waiting = False
         os.set_blocking(fd, False)
-        self._writable(first=True)
+        self._writable()
 
-    def _writable(self, first: bool = False) -> None:
+    def _writable(self) -> None:
         try:
             while self._view:
                 written = os.write(self._fd, self._view)
                 self._view = self._view[written:]
         except BlockingIOError:
-            if first:
+            if not self._waiting:
+                self._waiting = True
                 self._loop.add_writer(self._fd, self._writable)
             return
         except OSError:
@@ -151,95 +277,65 @@ class _Feeder:
             self._fd = -1
 
 
-class Launch:
-    """A started launcher: the caller awaits :meth:`ready`, then :meth:`finish`."""
+# ---------------------------------------------------------------------- one execution
 
-    def __init__(self, argv: Sequence[str], stdin: bytes, output_cap: int) -> None:
+
+class Launch:
+    """One execution: ``await start()``, ``await ready()``, ``go()``, ``await finish()``."""
+
+    def __init__(self, stdin: bytes, output_cap: int) -> None:
         self._loop = asyncio.get_running_loop()
         self.report: JailReport | None = None
         self.error: str | None = None
         self.stop_reason: str | None = None
-        self.returncode: int | None = None
+        self.exited = False
         self._workfd: int | None = None
+        self._pidfd = -1
         self._ready = asyncio.Event()
         self._exited: asyncio.Future[None] = self._loop.create_future()
-        self.pid = -1
-        self._spawn(argv, stdin, output_cap)
-
-    # ------------------------------------------------------------------ start
-
-    def _spawn(self, argv: Sequence[str], stdin: bytes, output_cap: int) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._status.setblocking(False)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         if stdin:
             in_r, in_w = os.pipe()
         else:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
-        child = [_high_fd(fd) for fd in (in_r, out_w, err_w, theirs.detach())]
-        try:
-            self.pid = os.posix_spawn(
-                argv[0],
-                list(argv),
-                {},
-                file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(child)],
-                setpgroup=0,  # the terminal's ^C is for the worker, which drains
-                setsigmask=(),
-                setsigdef=_RESET_SIGNALS,
-            )
-        except OSError as exc:
-            for fd in (out_r, err_r, in_w):
-                if fd >= 0:
-                    os.close(fd)
-            ours.close()
-            raise SandboxFault(f"cannot start the jail launcher: {exc}") from exc
-        finally:
-            for fd in child:
-                os.close(fd)
-        self._pidfd = os.pidfd_open(self.pid)
-        self._loop.add_reader(self._pidfd, self._on_exit)
-        self._status = ours
-        ours.setblocking(False)
-        self._loop.add_reader(ours.fileno(), self._on_status)
+        self._child_fds = [in_r, out_w, err_w, theirs.detach()]
         self._stdout = _Capture(self._loop, out_r, output_cap, lambda: self.stop("output"))
         self._stderr = _Capture(self._loop, err_r, output_cap, lambda: self.stop("output"))
         self._stdin = _Feeder(self._loop, in_w, stdin) if in_w >= 0 else None
+        self._loop.add_reader(self._status.fileno(), self._drain_status)
+
+    async def start(self, spawner: Spawner, options: Sequence[str]) -> None:
+        """Have ``spawner`` fork this execution's supervisor."""
+        try:
+            self._pidfd = await spawner.spawn(options, self._child_fds)
+        finally:
+            # Our copies must go, or the pipes would never reach EOF.
+            for fd in self._child_fds:
+                os.close(fd)
+            self._child_fds = []
+        self._loop.add_reader(self._pidfd, self._on_exit)
 
     # ------------------------------------------------------------------ events
 
     def _on_exit(self) -> None:
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = self.pid, -1  # a stray waitpid(-1) elsewhere reaped it: status unknown
-        if pid == 0:
-            return  # not exited after all
         self._loop.remove_reader(self._pidfd)
-        self.returncode = os.waitstatus_to_exitcode(status) if status >= 0 else -1
+        self.exited = True
         self._drain_status()
         if not self._exited.done():
             self._exited.set_result(None)
         self._ready.set()
 
-    def _on_status(self) -> None:
-        self._drain_status()
-
     def _drain_status(self) -> None:
-        if self._status.fileno() < 0:
-            return
-        while True:
+        while self._status.fileno() >= 0:
             try:
-                msg, ancdata, _, _ = self._status.recvmsg(4096, socket.CMSG_SPACE(4))
+                msg, fds = _recv_with_fds(self._status)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                msg, ancdata = b"", []
-            fds = [
-                fd
-                for level, kind, data in ancdata
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-                for fd in array.array("i", data[: len(data) - len(data) % 4])
-            ]
+                msg, fds = b"", []
             if not msg:
                 for fd in fds:
                     os.close(fd)
@@ -277,17 +373,20 @@ class Launch:
         return fd
 
     def go(self) -> None:
-        """Let the program start (the launcher was told to wait for this)."""
+        """Let the program start (the jail's init waits for this)."""
         with contextlib.suppress(OSError):
             self._status.send(b"go")
 
+    def _signal(self, signum: int) -> None:
+        if self._pidfd >= 0 and not self.exited:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signum)
+
     def stop(self, reason: str) -> None:
-        """Take the jail down now: the launcher SIGKILLs its pid namespace."""
+        """Take the jail down now: the supervisor SIGKILLs its pid namespace."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
+        self._signal(signal.SIGTERM)
 
     async def _settle(self, timeout_s: float) -> bool:
         waits = [self._exited, self._stdout.done, self._stderr.done]
@@ -295,7 +394,7 @@ class Launch:
         return len(done) == len(waits)
 
     async def finish(self, deadline_s: float) -> None:
-        """Wait until the launcher exited and both pipes closed.
+        """Wait until the supervisor exited and both pipes closed.
 
         Past ``deadline_s`` (the jail enforces the real time limit itself; this
         is the backstop) the jail is stopped. Raises SandboxFault if even a
@@ -306,8 +405,7 @@ class Launch:
         self.stop("timeout")
         if await self._settle(_STOP_GRACE_S):
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         if await self._settle(_STOP_GRACE_S):
             return
         raise SandboxFault("the jail did not stop after SIGKILL")
@@ -330,7 +428,7 @@ class Launch:
         if self.error:
             return f"{what}: {self.error}"
         tail = self._stderr.data[-500:].decode(errors="replace").strip()
-        return f"{what}: launcher exited with {self.returncode}" + (f" ({tail})" if tail else "")
+        return f"{what}: the jail ended without a report" + (f" ({tail})" if tail else "")
 
     def fault(self) -> SandboxFault:
         """The infrastructure fault to raise when no report came back."""
@@ -339,7 +437,10 @@ class Launch:
     # ------------------------------------------------------------------ cleanup
 
     def close(self) -> None:
-        """Release every fd; a launcher still running is stopped and reaped later."""
+        """Release every fd; a supervisor still running is told to take its jail down."""
+        for fd in self._child_fds:
+            os.close(fd)
+        self._child_fds = []
         for stream in (self._stdout, self._stderr):
             stream.close()
         if self._stdin is not None:
@@ -350,14 +451,9 @@ class Launch:
         if self._status.fileno() >= 0:
             self._loop.remove_reader(self._status.fileno())
             self._status.close()
-        if self.returncode is None:
-            self.stop(self.stop_reason or "abandoned")
-            # The pidfd reader stays registered: _on_exit reaps it when it ends.
-            self._exited.add_done_callback(lambda _: os.close(self._pidfd))
-        else:
+        if self._pidfd >= 0:
+            if not self.exited:
+                self.stop(self.stop_reason or "abandoned")
+                self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
-
-
-def monotonic_ms() -> float:
-    """Milliseconds on the monotonic clock (wall time measured on the worker side)."""
-    return time.monotonic() * 1000
+            self._pidfd = -1

@@ -62,7 +62,7 @@ class Program:
         reserve_mb = launch.reserve_mb if self.address_space_limited else 0
         return ExecRequest(
             argv=launch.argv + args,
-            files={**self.files, **(files or {})},
+            files={**launch.files, **self.files, **(files or {})},
             executables=self.executables,
             stdin=stdin,
             env={**BASE_ENV, **launch.env},

@@ -49,7 +49,15 @@ from sandbox_workers.languages import utf8
 from sandbox_workers.sandbox import ExecResult, Sandbox
 from schemas import Limits, TestOutcome, Verdict
 
-__all__ = ["Judged", "OutputJudge", "SuiteRunner", "checker_judge", "output_judge"]
+__all__ = [
+    "Judged",
+    "OutputJudge",
+    "ProgramTest",
+    "SuiteRun",
+    "SuiteRunner",
+    "checker_judge",
+    "output_judge",
+]
 
 _tracer = trace.get_tracer(__name__)
 
@@ -75,6 +83,8 @@ class Judged:
 
 # (test index, test input, expected output, program stdout) -> judgement
 OutputJudge = Callable[[int, str, str, bytes], Awaitable[Judged]]
+# A whole-program test: ready, or built on demand (compiled only if reached).
+ProgramTest = Program | CompileFailure | Callable[[], Awaitable[Program | CompileFailure]]
 
 
 @dataclass
@@ -247,12 +257,7 @@ class SuiteRunner:
         run.keep_output(result, failed=failed, stdout=strip_markers(result.stdout, markers))
         return run
 
-    async def program_tests(
-        self,
-        programs: Sequence[
-            Program | CompileFailure | Callable[[], Awaitable[Program | CompileFailure]]
-        ],
-    ) -> SuiteRun:
+    async def program_tests(self, programs: Sequence[ProgramTest]) -> SuiteRun:
         """Each test is a whole program that passes by exiting cleanly.
 
         Items may be callables that build the program on demand, so a stopped or

@@ -1,16 +1,18 @@
 /* rbjail: run one untrusted program in a fresh jail.
  *
- *   rbjail [options] -- PROGRAM [ARG...]
+ *   rbjail [options] -- PROGRAM [ARG...]      one jail, then exit
+ *   rbjail --spawner [--cgroup-procs F]...    resident: fork one jail per request
+ *   rbjail --probe [--root DIR]               try each layer, print what works
  *
- * Three processes, no helpers and no shell:
+ * Three processes per jail, no helpers and no shell:
  *   supervisor  stays in the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it
  *               SIGKILLs the jail's init, which takes the whole pid namespace down.
  *   init        pid 1 of new pid/mount/net/ipc/uts namespaces: builds the root,
  *               hands the caller an fd of /work (SCM_RIGHTS on the status socket),
  *               optionally waits for "go", forks the program, enforces the wall
  *               time limit, kills every leftover process and reports the result.
- *   program     joins the cgroups, applies rlimits, drops to the unprivileged
- *               uid, installs the seccomp filter and execs PROGRAM.
+ *   program     (joins the cgroups,) resets its OOM score, applies rlimits, drops
+ *               to the unprivileged uid, installs the seccomp filter, execs PROGRAM.
  *
  * Status socket (SOCK_SEQPACKET, --status-fd, default 3), one message each:
  *   init -> caller   "ready" (+ fd of /work)
@@ -18,8 +20,7 @@
  *   init -> caller   "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T"
  *   any  -> caller   "error STAGE: REASON"  (an infrastructure fault, never the program's)
  * Exit status: the program's, 128+signal if it was killed, 125 on a jail fault.
- *
- * --probe prints one "LAYER ok|missing DETAIL" line per layer and exits.
+ * The spawner's protocol is described above run_spawner().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +57,9 @@ struct opts {
     int wait_go;
     int drop_uid;
     int probe;
+    int spawner;
+    int cgroupns;
+    int reset_oom;
     uid_t uid;
     gid_t gid;
     long long time_ms;
@@ -127,6 +131,8 @@ static int parse_flag(struct opts *o, const char *a) {
         {"--wait-go", offsetof(struct opts, wait_go), 1},
         {"--keep-uid", offsetof(struct opts, drop_uid), 0},
         {"--probe", offsetof(struct opts, probe), 1},
+        {"--spawner", offsetof(struct opts, spawner), 1},
+        {"--cgroupns", offsetof(struct opts, cgroupns), 1},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (strcmp(a, flags[i].name) == 0) {
@@ -178,9 +184,9 @@ static void parse_args(int argc, char **argv, struct opts *o) {
     }
     o->env_v[o->n_env] = NULL;
     o->argv = argv + i;
-    if (!o->probe && o->argv[0] == NULL) usage_error("no program given", NULL);
+    if (o->probe || o->spawner) return;
+    if (o->argv[0] == NULL) usage_error("no program given", NULL);
     if (o->mounts && !o->ns) usage_error("--mounts needs --ns", NULL);
-    if (o->probe) return;
     if (o->mounts && o->root_dir == NULL) usage_error("--mounts needs --root", NULL);
     if (!o->mounts && o->workdir == NULL) usage_error("--no-mounts needs --workdir", NULL);
 }
@@ -260,7 +266,8 @@ static void run_program(const struct opts *o) {
         .cgroup_fds = o->cgroup_fds, .n_cgroup_fds = o->n_cgroups,
         .rlimits = o->rlimit_v, .n_rlimits = o->n_rlimits,
         .drop_uid = o->drop_uid, .uid = o->uid, .gid = o->gid,
-        .seccomp = o->seccomp, .new_session = o->ns,
+        .seccomp = o->seccomp, .new_session = o->ns, .cgroupns = o->cgroupns,
+        .reset_oom_score = 1,
     };
     if (!o->ns) {
         /* No pid namespace to take it down: die with init, lead our own group. */
@@ -439,34 +446,153 @@ static int wait_init(pid_t init) {
 
 int rbjail_probe(const char *root_dir); /* rbjail_probe.c */
 
-int main(int argc, char **argv) {
-    struct opts o;
-    parse_args(argc, argv, &o);
-    if (o.probe) return rbjail_probe(o.root_dir);
-    close_inherited_fds(o.status_fd);
-    /* If the worker dies, so does every jail it started. */
+static void set_oom_score_adj(const char *value) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!write(fd, value, strlen(value));
+        close(fd);
+    }
+}
+
+/* The supervisor: new namespaces, fork the jail's init, wait for it. */
+static int run_supervisor(struct opts *o, pid_t expected_parent) {
+    /* If our parent (the worker or the spawner) dies, so does every jail it started. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (o.parent_pid > 0 && getppid() != o.parent_pid) return JAIL_FAULT;
-    if (open_cgroups(&o) < 0) return JAIL_FAULT;
+    if (expected_parent > 0 && getppid() != expected_parent) return JAIL_FAULT;
+    if (open_cgroups(o) < 0) return JAIL_FAULT;
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
     for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
-    if (o.ns && rbjail_unshare_namespaces() < 0) {
-        send_error(o.status_fd, "namespaces");
+    if (o->ns && rbjail_unshare_namespaces() < 0) {
+        send_error(o->status_fd, "namespaces");
         return JAIL_FAULT;
     }
     pid_t init = fork();
     if (init < 0) {
-        send_msg(o.status_fd, "error fork: cannot start init", -1);
+        send_msg(o->status_fd, "error fork: cannot start init", -1);
         return JAIL_FAULT;
     }
     if (init == 0) {
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &dfl, NULL);
-        _exit(run_init(&o));
+        _exit(run_init(o));
     }
     g_init_pid = init;
     if (g_kill_requested) on_stop(SIGTERM);
     return wait_init(init);
+}
+
+/* ------------------------------------------------------------------ spawner
+ *
+ * rbjail --spawner: a long-lived process that joins a cgroup slot once and then
+ * forks one supervisor per request. Its children are born in the slot: moving a
+ * process into a cgroup takes cgroup_threadgroup_rwsem for writing, which after
+ * a few idle milliseconds waits a full RCU grace period (measured ~10 ms on
+ * cgroup v1). Forking also skips the launcher's execve.
+ *
+ * Request (SOCK_SEQPACKET, on --status-fd): the supervisor's options as
+ * NUL-separated strings, with SCM_RIGHTS [stdin, stdout, stderr, status socket].
+ * Reply: "spawned PID" with SCM_RIGHTS [pidfd], or "error REASON".
+ */
+
+#define SPAWN_FDS 4
+#define MAX_ARGS 2048
+
+static char g_request[1 << 18];
+
+static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
+    struct iovec iov = {.iov_base = g_request, .iov_len = sizeof g_request - 1};
+    union {
+        char buf[CMSG_SPACE(SPAWN_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    *n_fds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < count; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (*n_fds < SPAWN_FDS) fds[(*n_fds)++] = got;
+            else close(got);
+        }
+    }
+    if (n >= 0) g_request[n] = '\0';
+    return n;
+}
+
+/* In the forked child: the request's fds become 0-3, its strings the options. */
+static void spawned_child(size_t len, const int fds[SPAWN_FDS], pid_t spawner) {
+    signal(SIGCHLD, SIG_DFL); /* the supervisor waits for its init */
+    for (int i = 0; i < SPAWN_FDS; i++) dup2(fds[i], i);
+    close_inherited_fds(3);
+    static char *argv[MAX_ARGS + 2];
+    int argc = 0;
+    argv[argc++] = "rbjail";
+    for (size_t at = 0; at < len && argc <= MAX_ARGS; at += strlen(g_request + at) + 1)
+        argv[argc++] = g_request + at;
+    argv[argc] = NULL;
+    struct opts o;
+    parse_args(argc, argv, &o);
+    _exit(run_supervisor(&o, spawner));
+}
+
+static void spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
+    pid_t me = getpid();
+    pid_t pid = fork();
+    if (pid == 0) spawned_child(len, fds, me);
+    for (int i = 0; i < SPAWN_FDS; i++) close(fds[i]);
+    if (pid < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "error fork: %s", strerror(errno));
+        send_msg(control, msg, -1);
+        return;
+    }
+    /* A pidfd lets the worker watch and signal a process that is not its child. */
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    char msg[64];
+    snprintf(msg, sizeof msg, "spawned %d", (int)pid);
+    send_msg(control, msg, pidfd);
+    if (pidfd >= 0) close(pidfd);
+}
+
+static int run_spawner(struct opts *o) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (o->parent_pid > 0 && getppid() != o->parent_pid) return JAIL_FAULT;
+    /* Never the OOM killer's victim: the program is. Its child resets this. */
+    set_oom_score_adj("-1000");
+    if (open_cgroups(o) < 0 || rbjail_apply_cgroups(o->cgroup_fds, o->n_cgroups) < 0) {
+        send_error(o->status_fd, "spawner cgroups");
+        return JAIL_FAULT;
+    }
+    for (size_t i = 0; i < o->n_cgroups; i++) close(o->cgroup_fds[i]);
+    o->n_cgroups = 0;
+    signal(SIGCHLD, SIG_IGN); /* supervisors are reaped by the kernel */
+    for (;;) {
+        int fds[SPAWN_FDS], n_fds;
+        ssize_t n = recv_request(o->status_fd, fds, &n_fds);
+        if (n <= 0) return 0; /* the worker closed the slot (or died) */
+        if (n_fds != SPAWN_FDS) {
+            for (int i = 0; i < n_fds; i++) close(fds[i]);
+            send_msg(o->status_fd, "error spawn request without its 4 fds", -1);
+            continue;
+        }
+        spawn_one(o->status_fd, (size_t)n, fds);
+    }
+}
+
+int main(int argc, char **argv) {
+    struct opts o;
+    parse_args(argc, argv, &o);
+    if (o.probe) return rbjail_probe(o.root_dir);
+    close_inherited_fds(o.status_fd);
+    if (o.spawner) return run_spawner(&o);
+    return run_supervisor(&o, o.parent_pid);
 }

@@ -372,6 +372,15 @@ int rbjail_apply_cgroupns(void) {
     return 0;
 }
 
+int rbjail_reset_oom_score(void) {
+    /* Inherited -1000 would make the program unkillable by the OOM killer. */
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return fail("open", "/proc/self/oom_score_adj");
+    int rc = write_all(fd, "0", 1);
+    close(fd);
+    return rc < 0 ? fail("write", "oom_score_adj") : 0;
+}
+
 int rbjail_apply_rlimits(const struct rbjail_rlimit *limits, size_t n) {
     for (size_t i = 0; i < n; i++) {
         struct rlimit rl;
@@ -563,7 +572,8 @@ int rbjail_reset_signals(void) {
 
 int rbjail_confine(const struct rbjail_child *c) {
     if (rbjail_apply_cgroups(c->cgroup_fds, c->n_cgroup_fds) < 0) return -1;
-    if (c->n_cgroup_fds > 0 && rbjail_apply_cgroupns() < 0) return -1;
+    if ((c->n_cgroup_fds > 0 || c->cgroupns) && rbjail_apply_cgroupns() < 0) return -1;
+    if (c->reset_oom_score && rbjail_reset_oom_score() < 0) return -1;
     if (c->new_session && setsid() < 0) return fail("setsid", NULL);
     if (rbjail_apply_rlimits(c->rlimits, c->n_rlimits) < 0) return -1;
     if (c->drop_uid) {

@@ -43,8 +43,8 @@ struct rbjail_rlimit {
 };
 
 /* Everything applied to the process that becomes the untrusted program,
- * in this order: cgroups, cgroup ns, new session, rlimits, capabilities,
- * uid/gid, no_new_privs, seccomp, default signals. */
+ * in this order: cgroups, cgroup ns, oom score, new session, rlimits,
+ * capabilities, uid/gid, no_new_privs, seccomp, default signals. */
 struct rbjail_child {
     const int *cgroup_fds; /* open cgroup.procs files, written "0" */
     size_t n_cgroup_fds;
@@ -53,8 +53,10 @@ struct rbjail_child {
     int drop_uid; /* bool */
     uid_t uid;
     gid_t gid;
-    int seccomp; /* bool */
+    int seccomp;     /* bool */
     int new_session; /* bool */
+    int cgroupns;    /* bool: new cgroup namespace (also implied by cgroup_fds) */
+    int reset_oom_score; /* bool: oom_score_adj back to 0 (the spawner runs at -1000) */
 };
 
 const char *rbjail_error(void);
@@ -66,6 +68,7 @@ int rbjail_loopback_up(void);
 
 int rbjail_apply_cgroups(const int *fds, size_t n);
 int rbjail_apply_cgroupns(void);
+int rbjail_reset_oom_score(void);
 int rbjail_apply_rlimits(const struct rbjail_rlimit *limits, size_t n);
 int rbjail_drop_capabilities(void);
 int rbjail_apply_uid(uid_t uid, gid_t gid);

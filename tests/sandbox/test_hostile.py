@@ -44,17 +44,35 @@ def processes_with(marker: str) -> list[int]:
 
 
 def children_of_this_process() -> list[int]:
-    """Direct children (zombies included) of the test process."""
+    """Direct children of the test process (zombies included), but the slot spawners."""
     me, found = os.getpid(), []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rpartition(")")[2].split()[1]) == me:
+            if int(stat.rpartition(")")[2].split()[1]) == me and b"--spawner" not in cmdline:
                 found.append(int(entry))
     return found
+
+
+def spawner_children() -> list[int]:
+    """Processes whose parent is one of our slot spawners: supervisors still alive."""
+    me, spawners, parents = os.getpid(), set(), {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            ppid = int(stat.rpartition(")")[2].split()[1])
+            parents[int(entry)] = ppid
+            if ppid == me and b"--spawner" in cmdline:
+                spawners.add(int(entry))
+    return [pid for pid, ppid in parents.items() if ppid in spawners]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +103,7 @@ class Hostile:
     async def check_aftermath(self) -> None:
         assert processes_with(self.marker) == [], "a jailed process outlived its execution"
         assert children_of_this_process() == [], "a launcher was not reaped"
+        assert spawner_children() == [], "a jail supervisor outlived its execution"
         follow_up = await self.jail.execute(
             ExecRequest(argv=(PYTHON, "-I", "-S", "-c", "print(6 * 7)"), extra_mounts=MOUNTS)
         )

@@ -297,6 +297,19 @@ async def test_function_missing_is_a_runtime_error(executor: Executor) -> None:
     assert event.verdict is RE and "add" in event.tests[0].message
 
 
+async def test_harness_stops_at_the_first_failure_when_asked(executor: Executor) -> None:
+    suite = IoSuite(
+        inputs=[[1, 2], [3, 4], [5, 6]],
+        outputs=[3, 7, 11],
+        fn_name="add",
+        stop_on_first_failure=True,
+    )
+    crash = "def add(a, b):\n    if a == 3:\n        raise ValueError\n    return a + b\n"
+    event = await executor.run(run(executor, crash, suite))
+    assert [t.verdict for t in event.tests] == [AC, RE]
+    assert (event.total, event.passed) == (3, 1)
+
+
 async def test_harness_total_time_limit(executor: Executor) -> None:
     code = "import time\ndef add(a, b):\n    time.sleep(0.4)\n    return a + b\n"
     limits = Limits(time_s=1.0, total_time_s=0.7)

@@ -105,6 +105,8 @@ async def test_the_looker_sees_what_a_planter_leaves_in_its_own_execution(
 async def test_two_hundred_alternating_executions_leave_nothing_behind(jail: JailSandbox) -> None:
     tag = f"rbpollute-{uuid.uuid4().hex}"
     leaks = []
+    await jail.execute(request(LOOK, tag))  # a slot (spawner + cgroups) exists from here on
+    fds_before = len(os.listdir("/proc/self/fd"))
     for i in range(100):
         planted = await jail.execute(request(PLANT, tag))
         assert planted.ok and planted.stdout == b"planted\n", planted
@@ -115,6 +117,7 @@ async def test_two_hundred_alternating_executions_leave_nothing_behind(jail: Jai
             leaks.append((i, found))
     assert leaks == []
     assert not any(tag.encode() in _cmdline(pid) for pid in _pids()), "a planter survived"
+    assert len(os.listdir("/proc/self/fd")) == fds_before, "file descriptors leaked"
 
 
 async def test_concurrent_planters_and_lookers_do_not_meet(jail: JailSandbox) -> None:
