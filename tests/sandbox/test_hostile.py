@@ -53,7 +53,9 @@ def children_of_this_process() -> list[int]:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rpartition(")")[2].split()[1]) == me and b"--spawner" not in cmdline:
+            # Only launchers count: the session may own other children (the Kafka broker).
+            launcher = b"rbjail" in cmdline and b"--spawner" not in cmdline
+            if int(stat.rpartition(")")[2].split()[1]) == me and launcher:
                 found.append(int(entry))
     return found
 
