@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -51,4 +52,31 @@ def configure_tracing(
         provider.add_span_processor(processor)
     if set_global:
         trace.set_tracer_provider(provider)
-    return provider, provider.shutdown
+    meters = _configure_metrics(service_name, endpoint, set_global=set_global)
+
+    def shutdown() -> None:
+        provider.shutdown()
+        if meters is not None:
+            meters.shutdown()
+
+    return provider, shutdown
+
+
+def _configure_metrics(
+    service_name: str, endpoint: str | None, *, set_global: bool
+) -> MeterProvider | None:
+    """Metrics go over OTLP next to the traces; without an endpoint they stay in-process."""
+    if not endpoint:
+        return None
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    url = endpoint.rstrip("/")
+    url = url.removesuffix("/v1/traces") + "/v1/metrics"
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=url))
+    provider = MeterProvider(
+        resource=Resource.create({"service.name": service_name}), metric_readers=[reader]
+    )
+    if set_global:
+        metrics.set_meter_provider(provider)
+    return provider

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from sandbox_workers.cache import ClusterResultCache, LocalResultCache
@@ -50,6 +50,18 @@ __all__ = ["CompletionRunner", "WorkerConfig", "WorkerStats", "run_worker"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
+meter = metrics.get_meter(__name__)
+_rewards = meter.create_counter("rewardbus.worker.rewards", description="rewards emitted")
+_dead_letters = meter.create_counter(
+    "rewardbus.worker.dead_letters", description="inputs dead-lettered"
+)
+_queue_ms = meter.create_histogram(
+    "rewardbus.worker.queue_wait", unit="ms", description="produce to fetch"
+)
+_exec_ms = meter.create_histogram(
+    "rewardbus.worker.execution", unit="ms", description="judging time"
+)
+_scores = meter.create_histogram("rewardbus.worker.reward_score", description="reward distribution")
 
 
 class CompletionRunner(Protocol):
@@ -374,6 +386,12 @@ class _Worker:
             await self._produce(topic, encode(event), event.batch_id.encode(), headers)
         self.stats.rewarded += 1
         self.stats.verdicts[str(event.verdict)] += 1
+        attrs: dict[str, str | bool] = {"verdict": str(event.verdict), "cache_hit": event.cache_hit}
+        _rewards.add(1, attrs)
+        _queue_ms.record(event.queue_ms)
+        if not event.cache_hit:
+            _exec_ms.record(event.exec_ms, {"verdict": str(event.verdict)})
+        _scores.record(event.score)
 
     async def _dead_letter(self, record: Any, reason: str, error_type: str, stage: str) -> None:
         letter = DeadLetter(
@@ -392,6 +410,7 @@ class _Worker:
         )
         await self._produce(self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE])
         self.stats.dead_lettered += 1
+        _dead_letters.add(1, {"stage": stage, "error_type": error_type})
 
     async def _produce(
         self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
