@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rewardbus import __version__
 from rewardbus.cli import _shutdown_future
@@ -53,12 +54,19 @@ async def worker(args: argparse.Namespace) -> int:
     from sandbox_workers.service import WorkerConfig, run_worker
 
     kafka = _kafka(args, "rewardbus-worker")
+    optional: dict[str, Any] = {}
+    if args.worker_id:
+        optional["worker_id"] = args.worker_id
+    if args.result_cache_mb is not None:
+        if args.result_cache_mb < 0:
+            raise UsageError("--result-cache-mb must be 0 (off) or positive")
+        optional["result_cache_bytes"] = args.result_cache_mb << 20
     config = WorkerConfig(
         group_id=args.group_id,
         concurrency=args.concurrency,
         group_instance_id=args.instance_id,
         runtime_version=f"rewardbus-{__version__}",
-        **({"worker_id": args.worker_id} if args.worker_id else {}),
+        **optional,
     )
     executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id=config.worker_id))
     _, flush = configure_tracing("rewardbus-worker", env=os.environ)
@@ -111,10 +119,11 @@ async def judge(args: argparse.Namespace) -> int:
     if args.file == "-":
         return await judge_lines(sys.stdin, executor, out=sys.stdout)
     path = Path(args.file)
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    with path.open(encoding="utf-8") as lines:
-        return await judge_lines(lines, executor, out=sys.stdout)
+    try:
+        text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return await judge_lines(text.splitlines(), executor, out=sys.stdout)
 
 
 async def doctor(args: argparse.Namespace) -> int:

@@ -256,7 +256,8 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         f"  produce→batch     p50 {scored['p50']} ms   p99 {scored['p99']} ms",
         f"  batches           {summary['batches_complete']}/{summary['batches']} complete",
         f"  verdicts          {summary['verdicts']}",
-        f"  canonical         {summary['canonical_accepted']}/{summary['canonical_total']} accepted",
+        f"  canonical         {summary['canonical_accepted']}/{summary['canonical_total']}"
+        " accepted",
         f"  broken            {summary['broken_accepted']}/{summary['broken_total']} accepted",
     ]
     if summary["sandbox_degraded_layers"]:

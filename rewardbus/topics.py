@@ -1,8 +1,9 @@
-"""Topic creation: partition counts that keep rewards, manifests and scored batches co-partitioned."""
+"""Topic creation, with rewards, manifests and scored batches co-partitioned."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -46,10 +47,8 @@ async def ensure_topics(
         existing = set(await admin.list_topics())
         missing = [topic for topic in wanted if topic.name not in existing]
         if missing:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another process was first
                 await admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass  # another process created them first
         await _wait_for_metadata(admin, [topic.name for topic in wanted])
     finally:
         await admin.close()
@@ -90,7 +89,7 @@ async def await_group_members(
 def _stable_members(described: list[Any]) -> int:
     for response in described:
         for group in response.groups:
-            # DescribeGroups v0..: (error_code, group_id, state, protocol_type, protocol, members, ...)
+            # DescribeGroups: (error_code, group_id, state, protocol_type, protocol, members, ..)
             if group[2] == "Stable":
                 return len(group[5])
     return 0

@@ -40,10 +40,10 @@ from schemas import (
     SchemaError,
     TestSuite,
     decode,
-    unpack_programs,
     encode,
     extract_context,
     inject_context,
+    unpack_programs,
 )
 
 __all__ = ["CompletionRunner", "WorkerConfig", "WorkerStats", "run_worker"]
@@ -343,7 +343,7 @@ class _Worker:
             event, hit = await self.cache.get_or_compute(key, completion, compute)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a dead letter, never a crash
+        except Exception as exc:  # any failure becomes a dead letter, never a crash
             reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
             if getattr(exc, "retriable", True):
                 log.exception("judging %s failed", completion.sample_id)
@@ -419,10 +419,11 @@ class _Worker:
         while True:
             try:
                 await self.producer.send_and_wait(topic, value, key=key, headers=headers)
-                return
             except KafkaError as exc:
                 log.warning("produce to %s failed (%s); retrying", topic, exc)
                 await asyncio.sleep(self.config.produce_retry_backoff_s)
+            else:
+                return
 
 
 def _queue_span(queue_ms: float) -> None:

@@ -75,7 +75,7 @@ __all__ = [
     "header",
     "inject_context",
     "program_sample_id",
-    "unpack_programs",
     "state_key",
     "suite_digest",
+    "unpack_programs",
 ]

@@ -23,7 +23,7 @@ class KafkaSettings:
     """
 
     bootstrap_servers: str
-    topics: Topics = Topics()
+    topics: Topics = field(default_factory=Topics)
     client_id: str = "rewardbus"
     security_protocol: str = "PLAINTEXT"
     client_options: dict[str, Any] = field(default_factory=dict)

@@ -41,10 +41,11 @@ __all__ = [
     "utf8",
 ]
 
-LANGUAGES: Mapping[str, Language] = {
-    language.name: language
-    for language in (Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl())
-}
+_ALL: tuple[Language, ...] = (
+    Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
+)  # fmt: skip
+
+LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
 
 _BY_ALIAS: Mapping[str, Language] = {
     alias: language for language in LANGUAGES.values() for alias in language.aliases

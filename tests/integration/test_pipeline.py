@@ -66,14 +66,6 @@ def _group(kafka: KafkaSettings, name: str) -> str:
     return f"{kafka.topics.prefix}{name}"
 
 
-async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @asynccontextmanager
 async def _running(
     coro_factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
@@ -119,13 +111,13 @@ def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
 
 
 async def _read_all(
-    kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout: float = 60
+    kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout_s: float = 60
 ) -> list[bytes]:
     consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs(), auto_offset_reset="earliest")
     await consumer.start()
     values: list[bytes] = []
     try:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout_s
         while not until(values):
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out reading {topic}: {len(values)} records")
@@ -264,7 +256,8 @@ async def test_one_sample_trace_spans_producer_worker_and_aggregator(
     spans = span_exporter.get_finished_spans()
     publish = next(
         s for s in spans
-        if s.name == "publish completion" and s.attributes.get("rewardbus.sample_id") == one[0].sample_id
+        if s.name == "publish completion"
+        and s.attributes.get("rewardbus.sample_id") == one[0].sample_id
     )  # fmt: skip
     trace_id = publish.context.trace_id
     in_trace = {s.name for s in spans if s.context.trace_id == trace_id}
