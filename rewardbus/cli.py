@@ -65,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--instance-id", default=None, help="static group membership id")
     worker.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+    worker.add_argument(
+        "--result-cache-mb",
+        type=int,
+        default=None,
+        metavar="N",
+        help="result cache budget in MiB (0 disables the cache; default 256)",
+    )
 
     agg = sub.add_parser("aggregator", help="run the learner-side stream aggregator")
     _common(agg)
