@@ -1,0 +1,138 @@
+"""The command line as a user runs it: demo, judge, doctor, topics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas import KafkaSettings
+
+pytestmark = pytest.mark.integration
+
+
+def rewardbus(
+    *args: str, stdin: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rewardbus", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_demo_on_a_running_cluster_prints_a_json_summary(kafka: KafkaSettings) -> None:
+    done = rewardbus(
+        "demo", "--json", "--limit", "12", "--workers", "2",
+        "--bootstrap-servers", kafka.bootstrap_servers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["canonical_accepted"] == summary["canonical_total"] == 12
+    assert summary["broken_accepted"] == 0
+    assert summary["rewards"] == summary["completions"] == 24
+    assert summary["batches_complete"] == summary["batches"]
+    assert summary["completions_per_s"] > 0
+    assert summary["produce_to_reward_ms"]["p99"] >= summary["produce_to_reward_ms"]["p50"] > 0
+    assert summary["ok"] is True
+
+
+def test_judge_prints_one_result_per_line_and_reports_bad_lines(tmp_path: Path) -> None:
+    lines = [
+        {
+            "sample_id": "ok",
+            "language": "python",
+            "response": "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+            "tests": {"kind": "io", "inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]},
+        },
+        {
+            "sample_id": "cpp-wa",
+            "language": "cpp",
+            "code": '#include <cstdio>\nint main(){puts("4");}',
+            "tests": {"kind": "io", "inputs": ["1 2\n"], "outputs": ["3\n"]},
+        },
+        {
+            "sample_id": "prose",
+            "response": "I cannot solve this.",
+            "tests": {"kind": "io", "inputs": [""], "outputs": ["1"]},
+        },
+        {"sample_id": "no-tests", "code": "print(1)"},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n{broken json\n")
+    done = rewardbus("judge", str(path))
+    assert done.returncode == 1, done.stderr  # some lines were not judgeable
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    by_id = {o.get("sample_id"): o for o in out}
+    assert by_id["ok"]["verdict"] == "accepted" and by_id["ok"]["score"] == 1.0
+    assert by_id["ok"]["passed"] == by_id["ok"]["total"] == 2
+    assert by_id["cpp-wa"]["verdict"] == "wrong_answer"
+    assert by_id["prose"]["verdict"] == "no_code"
+    assert "no tests" in by_id["no-tests"]["error"]
+    assert out[-1]["line"] == 5 and "malformed" in out[-1]["error"]
+
+
+def test_judge_reads_stdin() -> None:
+    line = json.dumps(
+        {"sample_id": "s", "code": "print(input()[::-1])",
+         "tests": {"kind": "io", "inputs": ["abc\n"], "outputs": ["cba\n"]}}
+    )  # fmt: skip
+    done = rewardbus("judge", "-", stdin=line + "\n")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["verdict"] == "accepted"
+
+
+def test_judge_names_a_missing_file() -> None:
+    done = rewardbus("judge", "/nonexistent/x.jsonl")
+    assert done.returncode == 2
+    assert "cannot read /nonexistent/x.jsonl" in done.stderr
+
+
+def test_doctor_reports_every_layer_and_language() -> None:
+    done = rewardbus("doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for layer in (
+        "namespaces",
+        "mounts",
+        "cgroup_memory",
+        "cgroup_pids",
+        "seccomp",
+        "rlimits",
+        "uid",
+    ):
+        assert layer in done.stdout
+    for language in (
+        "python",
+        "javascript",
+        "c",
+        "cpp",
+        "go",
+        "java",
+        "rust",
+        "bash",
+        "sql",
+        "perl",
+    ):
+        assert f" {language} " in done.stdout
+    assert "strict mode: ready" in done.stdout
+
+
+def test_worker_without_a_cluster_says_what_is_missing() -> None:
+    done = rewardbus("worker")
+    assert done.returncode == 2
+    assert "--bootstrap-servers" in done.stderr
+
+
+def test_topics_creates_every_topic(kafka: KafkaSettings) -> None:
+    done = rewardbus(
+        "topics", "--bootstrap-servers", kafka.bootstrap_servers,
+        "--topic-prefix", kafka.topics.prefix,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) == set(kafka.topics.all())
