@@ -289,10 +289,10 @@ class _Worker:
             kind=SpanKind.CONSUMER,
             attributes=attrs,
         ) as span:
-            try:
-                await self._judge(record, span)
-            finally:
-                self.tracker.done(tp, record.offset)
+            await self._judge(record, span)
+            # Only a record whose reward (or dead letter) the broker acknowledged is done:
+            # a cancelled execution stays uncommitted and is redone by the partition's next owner.
+            self.tracker.done(tp, record.offset)
 
     async def _judge(self, record: Any, span: trace.Span) -> None:
         queue_ms = max(0.0, time.time() * 1000 - record.timestamp)

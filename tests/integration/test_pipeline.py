@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -85,13 +86,25 @@ async def _running(
         await asyncio.wait_for(task, timeout=60)
 
 
-def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats | None = None):  # type: ignore[no-untyped-def]
+def _worker(  # type: ignore[no-untyped-def]
+    kafka: KafkaSettings,
+    worker_id: str,
+    stats: WorkerStats | None = None,
+    *,
+    drain_timeout_s: float = 30.0,
+):
     executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
+    config = WorkerConfig(
+        group_id=_group(kafka, "workers"),
+        worker_id=worker_id,
+        concurrency=1,
+        drain_timeout_s=drain_timeout_s,
+    )
 
     def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
         return run_worker(
             kafka,
-            WorkerConfig(group_id=_group(kafka, "workers"), worker_id=worker_id, concurrency=1),
+            config,
             executor,
             shutdown=stop,
             ready=ready,
@@ -334,3 +347,35 @@ async def test_digest_mismatch_is_a_dead_letter_not_a_wrong_verdict(kafka: Kafka
         ]
     assert letters[0].error_type == "DigestMismatch"
     assert "digest" in letters[0].reason
+
+
+async def test_work_cancelled_at_the_drain_deadline_is_redone_by_the_other_worker(
+    kafka: KafkaSettings,
+) -> None:
+    await ensure_topics(kafka, partitions=4)
+    slow = [
+        msgspec.structs.replace(c, code=f"import time\ntime.sleep(1.0)  # {i}\n" + ADD)
+        for i, c in enumerate(_completions("b7", 8, code=lambda i: ADD))
+    ]
+    quitter_stats, stayer_stats = WorkerStats(), WorkerStats()
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "stayer", stayer_stats)),
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+    ):
+        # The quitter gives in-flight work 50 ms to finish when told to stop.
+        async with _running(_worker(kafka, "quitter", quitter_stats, drain_timeout_s=0.05)):
+            await await_group_members(kafka, _group(kafka, "workers"), 2, timeout_s=60)
+            async with RolloutProducer(kafka) as producer:
+                await producer.publish_manifest(_manifest("b7", slow))
+                await producer.publish_many(slow)
+            deadline = time.monotonic() + 60
+            while quitter_stats.consumed == 0:  # stop it while it is busy
+                assert time.monotonic() < deadline, "the quitter never got work"
+                await asyncio.sleep(0.05)
+        batch = await learner.get("b7", timeout=120)
+    assert batch.complete and batch.missing == []
+    assert all(s.score == 1.0 for s in batch.samples)
+    # What the quitter abandoned was redone by the stayer, not committed and lost.
+    assert quitter_stats.rewarded < quitter_stats.consumed
+    assert stayer_stats.rewarded + quitter_stats.rewarded >= 8
