@@ -200,14 +200,18 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
     assert b"\xc1\x00garbage" in {letter.value for letter in letters}
 
 
-async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaSettings) -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+async def test_worker_stopped_mid_batch_loses_nothing(
+    kafka: KafkaSettings, stop_signal: signal.Signals
+) -> None:
     await ensure_topics(kafka, partitions=4)
-    work = _completions("b3", 30, code=lambda i: SLOW_ADD)
+    work = _completions("b3", 30, code=lambda i: f"# {i}\n" + SLOW_ADD)
+    group = _group(kafka, "stop-workers")
     argv = [
         sys.executable, "-m", "rewardbus", "worker",
         "--bootstrap-servers", kafka.bootstrap_servers,
         "--topic-prefix", kafka.topics.prefix,
-        "--group-id", _group(kafka, "sigterm-workers"),
+        "--group-id", group,
     ]  # fmt: skip
     procs = [
         await asyncio.create_subprocess_exec(
@@ -220,6 +224,7 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
             assert proc.stdout is not None
             line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
             assert b"ready" in line
+        await await_group_members(kafka, group, 2, timeout_s=60)
         async with (
             _running(_aggregator(kafka)),
             ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
@@ -229,10 +234,12 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
                 await producer.publish_many(work)
             seen: list[bytes] = await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 5)
             assert len(seen) >= 5
-            procs[0].send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(procs[0].wait(), timeout=60) == 0
+            procs[0].send_signal(stop_signal)
+            status = await asyncio.wait_for(procs[0].wait(), timeout=60)
+            assert status == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
             batch = await learner.get("b3", timeout=120)
         assert batch.complete and batch.missing == []
+        assert [s.sample_id for s in batch.samples] == [c.sample_id for c in work]
         assert all(s.score == 1.0 for s in batch.samples)
         rewards = [
             decode(v, RewardEvent)
@@ -240,8 +247,10 @@ async def test_worker_stopped_with_sigterm_mid_batch_loses_nothing(kafka: KafkaS
         ]
         counts = Counter(r.sample_id for r in rewards)
         assert set(counts) == {c.sample_id for c in work}
-        # The drained worker finished what it had; nothing was abandoned.
         assert {r.worker_id for r in rewards} == {"p0", "p1"}
+        if stop_signal == signal.SIGTERM:
+            # Drained, committed and left: nothing was judged twice.
+            assert max(counts.values()) == 1
     finally:
         for proc in procs:
             if proc.returncode is None:
