@@ -32,7 +32,9 @@ def configure_tracing(
     """Build a tracer provider; return it and a shutdown function that flushes spans.
 
     ``env`` is passed in (not read here) so that only the CLI touches the
-    environment.
+    environment. With no exporter and no processor the provider is not installed
+    globally: spans nobody collects would cost CPU on every record, and trace
+    context still propagates through the API's non-recording spans.
     """
     provider = TracerProvider(
         resource=Resource.create({"service.name": service_name}),
@@ -50,7 +52,7 @@ def configure_tracing(
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url)))
     for processor in processors or []:
         provider.add_span_processor(processor)
-    if set_global:
+    if set_global and (endpoint or processors):
         trace.set_tracer_provider(provider)
     meters = _configure_metrics(service_name, endpoint, set_global=set_global)
 
