@@ -35,6 +35,9 @@ class ProducerConfig:
     linger_ms: int = 5
     max_batch_bytes: int = 1 << 20
     request_timeout_ms: int = 30_000
+    # Large enough for CodeContests-sized suites; the topic's max.message.bytes must
+    # allow it too (``rewardbus topics`` sets 16 MiB on completions and problems).
+    max_request_size: int = 16 << 20
 
 
 class RolloutProducer:
@@ -60,6 +63,7 @@ class RolloutProducer:
             linger_ms=cfg.linger_ms,
             max_batch_size=cfg.max_batch_bytes,
             request_timeout_ms=cfg.request_timeout_ms,
+            max_request_size=cfg.max_request_size,
         )
         await self._producer.start()
 

@@ -11,8 +11,13 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas import KafkaSettings
 
-__all__ = ["await_group_members", "ensure_topics"]
+__all__ = ["MAX_MESSAGE_BYTES", "await_group_members", "ensure_topics"]
 
+# CodeContests-sized test suites are megabytes: the topics that carry them accept
+# records up to this size (Kafka's default is about 1 MiB). The DLQ keeps the
+# original bytes of a failed completion, so it needs the same.
+MAX_MESSAGE_BYTES = 16 << 20
+_LARGE = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
 _COMPACTED = {"cleanup.policy": "compact"}
 # Fingerprints are unbounded (every distinct program adds one), and every worker
 # replays the topic at start-up: compaction alone would let it grow forever, so
@@ -32,12 +37,12 @@ async def ensure_topics(
     """
     t = kafka.topics
     wanted = [
-        NewTopic(t.completions, partitions, replication_factor),
+        NewTopic(t.completions, partitions, replication_factor, topic_configs=_LARGE),
         NewTopic(t.rewards, partitions, replication_factor),
         NewTopic(t.manifests, partitions, replication_factor),
         NewTopic(t.scored, partitions, replication_factor),
-        NewTopic(t.dlq, 1, replication_factor),
-        NewTopic(t.problems, partitions, replication_factor, topic_configs=_COMPACTED),
+        NewTopic(t.dlq, 1, replication_factor, topic_configs=_LARGE),
+        NewTopic(t.problems, partitions, replication_factor, topic_configs=_COMPACTED | _LARGE),
         NewTopic(t.aggregator_state, partitions, replication_factor, topic_configs=_COMPACTED),
         NewTopic(t.result_cache, partitions, replication_factor, topic_configs=_RESULT_CACHE),
     ]

@@ -153,7 +153,12 @@ class _Worker:
             max_poll_records=config.in_flight_limit,
         )
         self.producer = AIOKafkaProducer(
-            **kafka.client_kwargs(), acks="all", enable_idempotence=True, linger_ms=1
+            **kafka.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=1,
+            # A dead letter carries the original record, which may be a multi-MB suite.
+            max_request_size=16 << 20,
         )
 
     # -- lifecycle -------------------------------------------------------------

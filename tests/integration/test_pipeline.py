@@ -27,6 +27,7 @@ from schemas import (
     KafkaSettings,
     RewardEvent,
     decode,
+    encode,
 )
 
 pytestmark = pytest.mark.integration
@@ -388,3 +389,50 @@ async def test_work_cancelled_at_the_drain_deadline_is_redone_by_the_other_worke
     # What the quitter abandoned was redone by the stayer, not committed and lost.
     assert quitter_stats.rewarded < quitter_stats.consumed
     assert stayer_stats.rewarded + quitter_stats.rewarded >= 8
+
+
+async def test_megabyte_suites_inline_and_shared_and_a_large_dead_letter(
+    kafka: KafkaSettings,
+) -> None:
+    from schemas import ProblemRecord, suite_digest
+
+    await ensure_topics(kafka, partitions=4)
+    numbers = [" ".join(str(n) for n in range(i, i + 60_000)) + "\n" for i in range(6)]
+    suite = IoSuite(inputs=numbers, outputs=[f"{sum(map(int, x.split()))}\n" for x in numbers])
+    assert len(encode(suite)) > 2_000_000  # over Kafka's 1 MiB default
+    program = "print(sum(map(int, input().split())))\n"
+    inline = Completion(sample_id="b8-inline", batch_id="b8", code=program, tests=suite)
+    shared = Completion(
+        sample_id="b8-shared",
+        batch_id="b8",
+        code="# shared\n" + program,
+        problem_id="big",
+        tests_digest=suite_digest(suite),
+    )
+    async with (
+        _running(_aggregator(kafka)),
+        _running(_worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+    ):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_problem(
+                ProblemRecord(problem_id="big", digest=suite_digest(suite), tests=suite)
+            )
+            await producer.publish_manifest(_manifest("b8", [inline, shared]))
+            await producer.publish_many([inline, shared])
+            # A large message that is not a completion: its bytes must reach the DLQ whole.
+            junk = b"\xc1" + bytes(3_000_000)
+            raw = AIOKafkaProducer(**kafka.client_kwargs(), max_request_size=16 << 20)
+            await raw.start()
+            try:
+                await raw.send_and_wait(kafka.topics.completions, junk, key=b"big-junk")
+            finally:
+                await raw.stop()
+        batch = await learner.get("b8", timeout=120)
+        letters = [
+            decode(v, DeadLetter)
+            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
+        ]
+    assert batch.complete
+    assert [s.score for s in batch.samples] == [1.0, 1.0]
+    assert letters[0].key == b"big-junk" and letters[0].value == junk
