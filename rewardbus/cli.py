@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     from rewardbus import commands
+    from rewardbus.wiring import SandboxUnavailable
 
     handlers: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "demo": commands.demo,
@@ -117,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(handlers[args.command](args))
     except KeyboardInterrupt:
         return 130
-    except commands.UsageError as exc:
+    except (commands.UsageError, SandboxUnavailable) as exc:
         print(f"rewardbus {args.command}: {exc}", file=sys.stderr)
         return 2
 

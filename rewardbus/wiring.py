@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
+from sandbox_workers.jail import IsolationUnavailable
 
-__all__ = ["SandboxOptions", "build_executor"]
+__all__ = ["SandboxOptions", "SandboxUnavailable", "build_executor"]
 
 
 @dataclass(frozen=True)
@@ -17,13 +18,24 @@ class SandboxOptions:
     worker_id: str = ""
 
 
+class SandboxUnavailable(Exception):
+    """Strict mode cannot start here; the message says which layers are missing and why."""
+
+
 def build_executor(options: SandboxOptions) -> Executor:
     """The jail plus the judging executor on top of it.
 
-    Strict mode raises if a required isolation layer is missing on this host.
+    Strict mode raises :class:`SandboxUnavailable` if a required isolation layer is
+    missing on this host.
     """
     jail = JailConfig(strict=options.strict)
-    sandbox = JailSandbox(jail)
+    try:
+        sandbox = JailSandbox(jail)
+    except IsolationUnavailable as exc:
+        raise SandboxUnavailable(
+            f"{exc}. `rewardbus doctor` explains each layer; --no-strict runs degraded"
+            " and flags every reward event"
+        ) from exc
     # Compiled artifacts (and Go's build cache) persist across worker restarts.
     config = ExecutorConfig(
         worker_id=options.worker_id, compile_cache_dir=jail.cache_dir / "executor"
