@@ -7,27 +7,50 @@ are written through an fd of that /work, the slot's counters are reset, the
 program runs confined (rlimits, uid, seccomp) with a scrubbed environment, and
 after it ends every process of the jail is dead, the results are read and the
 slot is checked empty before it is reused.
+
+Requests for a pooled interpreter (``JailConfig.pool``) are served by a warm
+zygote instead (:mod:`sandbox_workers.pool`): it forks the execution's pid 1,
+which speaks the same status protocol, so everything after the fork (files,
+limits, output, accounting, results) is the same code as above. When the pool
+is disabled, exhausted, or a zygote fails before the program started, the
+request runs cold.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sandbox_workers.jail.build import Binaries
 from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot, CgroupStats, CgroupTree
-from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus
+from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus, PoolConfig
 from sandbox_workers.jail.detect import probe_host
 from sandbox_workers.jail.process import JailReport, Launch, Spawner, monotonic_ms
 from sandbox_workers.jail.workdir import collect_files, validate_name, write_files
 from sandbox_workers.sandbox import ExecRequest, ExecResult, SandboxFault
+
+if TYPE_CHECKING:
+    from sandbox_workers.pool import (
+        ExecutionSpec,
+        PooledCommand,
+        PoolStats,
+        Profile,
+        WarmPool,
+        Zygote,
+    )
 
 __all__ = ["JailSandbox"]
 
@@ -37,9 +60,19 @@ _WORKDIR = "/work"
 
 # Tasks of ours in a slot's cgroups besides the program's: spawner, supervisor, init.
 _OWN_TASKS = 3
+# A warm slot also holds the zygote and the execution's pid 1.
+_POOL_OWN_TASKS = 5
+# A zygote's jail has no time limit of its own (the launcher wants one: ~10 years).
+_ZYGOTE_LIFETIME_MS = 10 * 365 * 24 * 3600 * 1000
+# While it starts, a zygote imports modules: generous limits, replaced per execution.
+_ZYGOTE_START_MEMORY = 512 << 20
+_ZYGOTE_START_PROCESSES = 16
+# Memory the execution's pid 1 (a forked interpreter) and page tables take on
+# top of the zygote's own pages, which stay charged to the slot.
+_ZYGOTE_OVERHEAD_BYTES = 4 << 20
 
 
-@dataclass
+@dataclass(eq=False)  # identity: slots are kept in sets
 class _Slot:
     """Where one execution at a time runs: a spawner, inside its cgroups if any."""
 
@@ -72,14 +105,14 @@ class _SlotPool:
         while self._free and slot is None:
             slot = self._free.pop()
             if not slot.spawner.alive:
-                self._discard(slot)
+                self.discard(slot)
                 slot = None
         slot = slot or self._new()
         if slot.cgroup is not None:
             try:
                 slot.cgroup.prepare(limits)
             except OSError as exc:
-                self._discard(slot)
+                self.discard(slot)
                 raise SandboxFault(f"cannot prepare cgroup: {exc}") from exc
         return slot
 
@@ -95,11 +128,12 @@ class _SlotPool:
         reusable = slot.cgroup is None or slot.cgroup.reusable
         idle_full = len(self._free) >= self._max_idle
         if leftover or not slot.spawner.alive or idle_full or not reusable:
-            self._discard(slot)
+            self.discard(slot)
         else:
             self._free.append(slot)
 
-    def _discard(self, slot: _Slot) -> None:
+    def discard(self, slot: _Slot) -> None:
+        """Stop a slot's spawner (and all it started) and remove its cgroups."""
         slot.spawner.close()
         if slot.cgroup is not None:
             slot.cgroup.kill()
@@ -112,7 +146,7 @@ class _SlotPool:
 
     def close(self) -> None:
         for slot in self._free:
-            self._discard(slot)
+            self.discard(slot)
         self._free.clear()
         self._retry_dirty()
         if self._tree is not None:
@@ -125,7 +159,8 @@ class JailSandbox:
     Construction probes every layer (see :func:`detect_layers`); in strict mode
     a missing required layer raises :class:`IsolationUnavailable`, otherwise the
     sandbox runs without it and lists it in :attr:`degraded`. Call
-    :meth:`aclose` when done: it removes this instance's cgroups.
+    :meth:`aclose` when done: it stops warm zygotes and removes this instance's
+    cgroups.
     """
 
     def __init__(self, config: JailConfig | None = None) -> None:
@@ -149,15 +184,18 @@ class JailSandbox:
             host.tree.close()
         tree = host.tree if use_cgroups else None
         max_idle = config.max_idle_slots if config.reuse_slots else 0
-        self._pool = _SlotPool(str(host.binaries.launcher), tree, max_idle)
+        self._slots = _SlotPool(str(host.binaries.launcher), tree, max_idle)
         self._cgroups = tree is not None
         if not self._on("mounts"):
             self._work_root = config.work_root or Path(tempfile.gettempdir()) / "rewardbus-work"
             self._work_root.mkdir(parents=True, exist_ok=True)
         self._static = tuple(self._static_options())
         self._closed = False
-        # A sandbox nobody closed still removes its cgroups when collected or at exit.
-        self._finalizer = weakref.finalize(self, self._pool.close)
+        held: set[_Slot] = set()
+        self._pool = self._warm_pool(host.binaries, held)
+        # A sandbox nobody closed still stops its zygotes and removes its cgroups
+        # when collected or at exit.
+        self._finalizer = weakref.finalize(self, _close_all, self._pool, held, self._slots)
 
     # ------------------------------------------------------------------ public
 
@@ -171,12 +209,57 @@ class JailSandbox:
         """Every layer as detected at construction."""
         return self._layers
 
+    @property
+    def pool_stats(self) -> PoolStats | None:
+        """Warm-pool counters, or None when the pool is off."""
+        return self._pool.stats if self._pool is not None else None
+
     async def execute(self, request: ExecRequest) -> ExecResult:
         """Run one request in a fresh jail; SandboxFault only for infrastructure faults."""
         if self._closed:
             raise SandboxFault("the jail sandbox is closed")
         _validate(request)
-        slot = self._pool.acquire(self._limits(request))
+        command = self._pool.command(request) if self._pool is not None else None
+        if command is not None:
+            result = await self._execute_warm(command, request)
+            if result is not None:
+                return result
+        return await self._execute_cold(request)
+
+    async def warm(self, request: ExecRequest, count: int | None = None) -> int:
+        """Start zygotes for requests like ``request`` now (default: the pre-warm count).
+
+        Returns how many are live (0 when the request is not poolable or the pool is off).
+        """
+        command = self._pool.command(request) if self._pool is not None else None
+        if self._pool is None or command is None:
+            return 0
+        return await self._pool.warm(command.profile, count)
+
+    def resident_pids(self) -> frozenset[int]:
+        """Host pids of processes kept between executions besides the slot spawners (zygotes)."""
+        return self._pool.resident_pids() if self._pool is not None else frozenset()
+
+    async def __aenter__(self) -> JailSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop warm zygotes and release this instance's cgroups. Executions must have finished."""
+        self.close()
+
+    def close(self) -> None:
+        """Synchronous :meth:`aclose`."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    # ------------------------------------------------------------------ cold
+
+    async def _execute_cold(self, request: ExecRequest) -> ExecResult:
+        slot = self._slots.acquire(self._limits(request))
         hostdir = None if self._on("mounts") else self._host_workdir()
         launch: Launch | None = None
         try:
@@ -190,25 +273,92 @@ class JailSandbox:
         finally:
             if launch is not None:
                 launch.close()
-            self._pool.release(slot, finished=launch is not None and launch.exited)
+            self._slots.release(slot, finished=launch is not None and launch.exited)
             if hostdir is not None:
                 shutil.rmtree(hostdir, ignore_errors=True)
 
-    async def __aenter__(self) -> JailSandbox:
-        return self
+    # ------------------------------------------------------------------ warm
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    def _warm_pool(self, binaries: Binaries, held: set[_Slot]) -> WarmPool | None:
+        pool = self._config.pool
+        if not pool.enabled:
+            return None
+        if not (self._on("namespaces") and self._on("mounts")):
+            _log.info("warm pool off: zygotes need the namespaces and mounts layers")
+            return None
+        # Imported here: the pool is built on the jail's parts (an import cycle otherwise).
+        from sandbox_workers.pool import WarmPool
 
-    async def aclose(self) -> None:
-        """Release this instance's cgroups. Executions must have finished."""
-        self.close()
+        interpreters = frozenset(pool.interpreters or (_base_python(),))
+        starter = _ZygoteStarter(self._config, self._static, self._slots, binaries, held)
+        return WarmPool(pool, interpreters, starter)
 
-    def close(self) -> None:
-        """Synchronous :meth:`aclose`."""
-        if not self._closed:
-            self._closed = True
-            self._finalizer()
+    async def _execute_warm(
+        self, command: PooledCommand, request: ExecRequest
+    ) -> ExecResult | None:
+        """Run in a zygote; None when none is free or it failed before the program ran."""
+        assert self._pool is not None
+        zygote = await self._pool.acquire(command.profile)
+        if zygote is None:
+            return None
+        reusable = False
+        launch: Launch | None = None
+        try:
+            if zygote.cgroup is not None:
+                allowance = zygote.info.anon_kb * 1024 + _ZYGOTE_OVERHEAD_BYTES
+                zygote.cgroup.prepare(self._limits(request, _POOL_OWN_TASKS, allowance))
+            zygote.load(self._warm_spec(command, request, zygote))
+            launch = Launch(request.stdin, request.output_bytes)
+            await launch.start(zygote, ())
+            workfd = await launch.ready(self._config.setup_timeout_s)
+        except BaseException as exc:
+            # Whatever happened (a fault, a cancellation, a request that cannot be
+            # encoded), this zygote is taken down: it may hold a half-started run.
+            if launch is not None:
+                launch.close()
+            self._pool.release(zygote, reusable=False)
+            if not isinstance(exc, (SandboxFault, OSError)):
+                raise
+            _log.warning("warm pool: zygote failed before the program started (%s): cold", exc)
+            return None
+        try:
+            try:
+                result = await self._run(request, launch, workfd, zygote.cgroup)
+            finally:
+                os.close(workfd)
+            reusable = launch.exited
+            return result
+        finally:
+            launch.close()
+            self._pool.release(zygote, reusable=reusable and zygote.healthy())
+
+    def _warm_spec(
+        self, command: PooledCommand, request: ExecRequest, zygote: Zygote
+    ) -> ExecutionSpec:
+        """The execution as the zygote's pid 1 and program need it."""
+        from sandbox_workers.pool import ExecutionSpec, shadowed_modules  # see _warm_pool
+
+        cfg = self._config
+        drop_uid = self._on("uid")
+        # Without a memory cgroup, RLIMIT_AS is the limit: the zygote's mappings,
+        # which the program inherits, come on top (a fresh interpreter has its own).
+        rlimits = self._rlimit_values(request, extra_address_space=zygote.info.vsz_kb << 10)
+        return ExecutionSpec(
+            argv=request.argv,
+            code=command.code,
+            args=command.args,
+            time_ms=max(1, math.ceil(request.time_s * 1000)),
+            work_mb=request.workdir_mb,
+            tmp_mb=cfg.tmp_mb,
+            inodes=cfg.max_inodes,
+            uid=cfg.uid,
+            gid=cfg.gid,
+            drop_uid=drop_uid,
+            seccomp=self._on("seccomp"),
+            loopback=cfg.loopback,
+            rlimits=tuple(rlimits),
+            shadow=tuple(shadowed_modules(request.files)),
+        )
 
     # ------------------------------------------------------------------ one run
 
@@ -229,11 +379,14 @@ class JailSandbox:
         files = collect_files(workfd, request.collect, self._config.collect_bytes)
         return _result(launch, launch.report, stats, monotonic_ms() - started, files)
 
-    def _limits(self, request: ExecRequest) -> CgroupLimits:
+    def _limits(
+        self, request: ExecRequest, own_tasks: int = _OWN_TASKS, extra_memory: int = 0
+    ) -> CgroupLimits:
         # A disabled (or missing) controller is left alone, never half-applied.
+        memory = (request.memory_mb << 20) + extra_memory
         return CgroupLimits(
-            memory_bytes=request.memory_mb << 20 if self._on("cgroup_memory") else None,
-            max_processes=request.max_processes + _OWN_TASKS if self._on("cgroup_pids") else None,
+            memory_bytes=memory if self._on("cgroup_memory") else None,
+            max_processes=request.max_processes + own_tasks if self._on("cgroup_pids") else None,
             cpu_cores=self._config.cpu_cores if self._on("cgroup_cpu") else None,
         )
 
@@ -271,28 +424,34 @@ class JailSandbox:
         else:
             yield "--no-mounts"
 
-    def _rlimits(self, request: ExecRequest) -> Iterator[str]:
+    def _rlimit_values(
+        self, request: ExecRequest, extra_address_space: int = 0
+    ) -> Iterator[tuple[str, int, int]]:
+        """(name, soft, hard) of every rlimit an execution gets."""
         if not self._on("rlimits"):
             return
         cpu = math.ceil(request.time_s) + 1  # wall time is the real limit; this is a backstop
         fsize = request.file_size_mb << 20
-        yield from ("--rlimit", "cpu", str(cpu), str(cpu + 1))
-        yield from ("--rlimit", "fsize", str(fsize), str(fsize))
-        nofile = str(self._config.max_open_files)
-        yield from ("--rlimit", "nofile", nofile, nofile, "--rlimit", "core", "0", "0")
+        yield ("cpu", cpu, cpu + 1)
+        yield ("fsize", fsize, fsize)
+        nofile = self._config.max_open_files
+        yield ("nofile", nofile, nofile)
+        yield ("core", 0, 0)
         if not self._on("cgroup_pids"):
             # RLIMIT_NPROC counts every process of the uid host-wide: only a fallback.
-            yield from ("--rlimit", "nproc", str(request.max_processes), str(request.max_processes))
+            yield ("nproc", request.max_processes, request.max_processes)
         if not self._on("cgroup_memory"):
             # Address space, not memory: breaks thread-heavy runtimes, so only a fallback.
-            limit = str(request.memory_mb << 20)
-            yield from ("--rlimit", "as", limit, limit)
+            limit = (request.memory_mb << 20) + extra_address_space
+            yield ("as", limit, limit)
+
+    def _rlimits(self, request: ExecRequest) -> Iterator[str]:
+        for name, soft, hard in self._rlimit_values(request):
+            yield from ("--rlimit", name, str(soft), str(hard))
 
     def _env(self, request: ExecRequest, hostdir: Path | None) -> dict[str, str]:
         home = _WORKDIR if hostdir is None else str(hostdir)
-        env = {"PATH": self._config.path, "HOME": home, "LANG": "C.UTF-8"}
-        env.update(request.env)
-        return env
+        return _environment(self._config, request.env, home)
 
     def _options(self, request: ExecRequest, hostdir: Path | None) -> list[str]:
         """The supervisor's options for one request (the spawner adds nothing)."""
@@ -309,6 +468,97 @@ class JailSandbox:
         options.append("--")
         options += request.argv
         return options
+
+
+def _environment(config: JailConfig, env: Mapping[str, str], home: str) -> dict[str, str]:
+    """An execution's whole environment: nothing of the worker's passes through."""
+    merged = {"PATH": config.path, "HOME": home, "LANG": "C.UTF-8"}
+    merged.update(env)
+    return merged
+
+
+def _base_python() -> str:
+    """The worker's base interpreter (what the Python language runs), the default pooled one."""
+    prefix = Path(sys.base_prefix).resolve()
+    return str(prefix / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+@functools.cache
+def _zygote_source() -> str:
+    return resources.files("sandbox_workers.pool").joinpath("zygote_main.py").read_text()
+
+
+class _ZygoteStarter:
+    """Starts zygotes in fresh slots.
+
+    Holds no reference to the sandbox: the sandbox's finaliser must not keep it alive.
+    """
+
+    def __init__(
+        self,
+        config: JailConfig,
+        static: tuple[str, ...],
+        slots: _SlotPool,
+        binaries: Binaries,
+        held: set[_Slot],
+    ) -> None:
+        self._config = config
+        self._static = static
+        self._slots = slots
+        self._binaries = binaries
+        self._held = held  # slots of live or starting zygotes: close() takes them down
+
+    async def __call__(self, profile: Profile) -> Zygote:
+        from sandbox_workers.pool import Zygote  # see _warm_pool: import cycle
+
+        cfg = self._config
+        limits = CgroupLimits(_ZYGOTE_START_MEMORY, _ZYGOTE_START_PROCESSES, cfg.cpu_cores)
+        slot = self._slots.acquire(limits)
+        self._held.add(slot)
+
+        def release() -> None:
+            self._held.discard(slot)
+            self._slots.discard(slot)
+
+        return await Zygote.start(
+            profile=profile,
+            spawner=slot.spawner,
+            cgroup=slot.cgroup,
+            release=release,
+            options=self._options(profile, cfg.pool),
+            library=self._binaries.library,
+            wait_go="--wait-go" in self._static,
+            timeout_s=cfg.pool.start_timeout_s,
+        )
+
+    def _options(self, profile: Profile, pool: PoolConfig) -> list[str]:
+        # The zygote keeps root and has no seccomp filter: it makes namespaces and
+        # mounts for its children and runs nothing untrusted; each child confines
+        # itself. The jail around it is still built for --uid (passwd, /work).
+        options = [*self._static, "--keep-root", "--no-seccomp"]
+        options += ["--time-ms", str(_ZYGOTE_LIFETIME_MS), "--work-mb", "1"]
+        for mount in profile.mounts:
+            options += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
+        for key, value in _environment(self._config, dict(profile.env), _WORKDIR).items():
+            options += ["--env", f"{key}={value}"]
+        settings = json.dumps(
+            {
+                "preload": list(pool.preload),
+                "fresh_net": pool.fresh_net,
+                "loopback": self._config.loopback,
+            }
+        )
+        options += ["--", profile.interpreter, *profile.options, "-c", _zygote_source(), settings]
+        return options
+
+
+def _close_all(pool: WarmPool | None, held: set[_Slot], slots: _SlotPool) -> None:
+    if pool is not None:
+        pool.close()
+    for slot in list(held):  # zygotes still starting when the sandbox closed
+        slots.discard(slot)
+    held.clear()
+    slots.close()
 
 
 def _validate(request: ExecRequest) -> None:

@@ -19,6 +19,9 @@
  *   caller -> init   "go" (only with --wait-go)
  *   init -> caller   "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T"
  *   any  -> caller   "error STAGE: REASON"  (an infrastructure fault, never the program's)
+ * A warm pool's zygote runs as the program of such a jail with --keep-root
+ * --no-seccomp (it builds namespaces and mounts for its children, which confine
+ * themselves with the same layer code from librbjail.so before running anything).
  * Exit status: the program's, 128+signal if it was killed, 125 on a jail fault.
  * The spawner's protocol is described above run_spawner().
  */
@@ -56,6 +59,7 @@ struct opts {
     int loopback;
     int wait_go;
     int drop_uid;
+    int keep_root; /* the program stays root; the jail (passwd, /work) is still --uid's */
     int probe;
     int spawner;
     int cgroupns;
@@ -130,6 +134,7 @@ static int parse_flag(struct opts *o, const char *a) {
         {"--no-loopback", offsetof(struct opts, loopback), 0},
         {"--wait-go", offsetof(struct opts, wait_go), 1},
         {"--keep-uid", offsetof(struct opts, drop_uid), 0},
+        {"--keep-root", offsetof(struct opts, keep_root), 1},
         {"--probe", offsetof(struct opts, probe), 1},
         {"--spawner", offsetof(struct opts, spawner), 1},
         {"--cgroupns", offsetof(struct opts, cgroupns), 1},
@@ -191,46 +196,6 @@ static void parse_args(int argc, char **argv, struct opts *o) {
     if (!o->mounts && o->workdir == NULL) usage_error("--no-mounts needs --workdir", NULL);
 }
 
-/* ------------------------------------------------------------------ status socket */
-
-static void send_msg(int fd, const char *msg, int pass_fd) {
-    struct iovec iov = {.iov_base = (void *)msg, .iov_len = strlen(msg)};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (pass_fd >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof ctl.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-    }
-    while (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-    }
-}
-
-static void send_error(int fd, const char *stage) {
-    char msg[768];
-    snprintf(msg, sizeof msg, "error %s: %s", stage, rbjail_error());
-    send_msg(fd, msg, -1);
-}
-
-static int wait_for_go(int fd) {
-    char buf[16];
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1; /* the caller went away: never run the program */
-        buf[n] = '\0';
-        return strcmp(buf, "go") == 0 ? 0 : -1;
-    }
-}
-
 /* ------------------------------------------------------------------ program */
 
 static void exec_program(const struct opts *o) {
@@ -265,7 +230,7 @@ static void run_program(const struct opts *o) {
     struct rbjail_child c = {
         .cgroup_fds = o->cgroup_fds, .n_cgroup_fds = o->n_cgroups,
         .rlimits = o->rlimit_v, .n_rlimits = o->n_rlimits,
-        .drop_uid = o->drop_uid, .uid = o->uid, .gid = o->gid,
+        .drop_uid = o->drop_uid && !o->keep_root, .uid = o->uid, .gid = o->gid,
         .seccomp = o->seccomp, .new_session = o->ns, .cgroupns = o->cgroupns,
         .reset_oom_score = 1,
     };
@@ -275,79 +240,13 @@ static void run_program(const struct opts *o) {
         setpgid(0, 0);
     }
     if (rbjail_confine(&c) < 0) {
-        send_error(o->status_fd, "confine");
+        rbjail_send_error(o->status_fd, "confine");
         _exit(JAIL_FAULT);
     }
     exec_program(o);
 }
 
 /* ------------------------------------------------------------------ init */
-
-static long long now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-}
-
-static void kill_leftovers(pid_t prog) {
-    if (getpid() == 1) kill(-1, SIGKILL); /* everyone in this pid namespace but us */
-    else kill(-prog, SIGKILL);
-}
-
-struct outcome {
-    int status;
-    int timed_out;
-    long long wall_us;
-};
-
-/* Wait for the program with a deadline, without polling: SIGCHLD is blocked
- * and collected with sigtimedwait. Orphans reparented to init are reaped too. */
-static void supervise(pid_t prog, long long start_us, long long time_ms, struct outcome *out) {
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    long long deadline = start_us + time_ms * 1000LL;
-    int done = 0;
-    while (!done) {
-        int st;
-        pid_t p;
-        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-            if (p == prog) {
-                out->status = st;
-                out->wall_us = now_us() - start_us;
-                done = 1;
-            }
-        }
-        if (done || (p < 0 && errno == ECHILD)) break;
-        long long left = deadline - now_us();
-        if (left <= 0) {
-            if (!out->timed_out) kill_leftovers(prog);
-            out->timed_out = 1;
-            left = 100000; /* the program is dying: just wait for its SIGCHLD */
-        }
-        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
-        sigtimedwait(&chld, NULL, &ts);
-    }
-    kill_leftovers(prog);
-    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
-    }
-}
-
-static void report(int fd, const struct outcome *out) {
-    struct rusage ru;
-    getrusage(RUSAGE_CHILDREN, &ru);
-    int st = out->status;
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "result exit=%d signal=%d wall_us=%lld utime_us=%lld stime_us=%lld maxrss_kb=%ld "
-             "timed_out=%d",
-             WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
-             out->wall_us,
-             (long long)ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
-             (long long)ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec, ru.ru_maxrss,
-             out->timed_out);
-    send_msg(fd, msg, -1);
-}
 
 static int prepare_jail(const struct opts *o) {
     if (o->mounts) {
@@ -369,33 +268,33 @@ static int run_init(const struct opts *o) {
     if (o->ns) prctl(PR_SET_PDEATHSIG, SIGKILL);
     umask(022);
     if (prepare_jail(o) < 0) {
-        send_error(o->status_fd, "setup");
+        rbjail_send_error(o->status_fd, "setup");
         return JAIL_FAULT;
     }
     int workfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (workfd < 0) {
-        send_error(o->status_fd, "open /work");
+        rbjail_send_error(o->status_fd, "open /work");
         return JAIL_FAULT;
     }
-    send_msg(o->status_fd, "ready", workfd);
+    rbjail_send_msg(o->status_fd, "ready", workfd);
     close(workfd);
-    if (o->wait_go && wait_for_go(o->status_fd) < 0) return JAIL_FAULT;
+    if (o->wait_go && rbjail_wait_for_go(o->status_fd) < 0) return JAIL_FAULT;
 
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
-    long long start = now_us();
+    long long start = rbjail_now_us();
     pid_t prog = fork();
     if (prog < 0) {
-        send_error(o->status_fd, "fork");
+        rbjail_send_error(o->status_fd, "fork");
         return JAIL_FAULT;
     }
     if (prog == 0) run_program(o);
     if (!o->ns) setpgid(prog, prog); /* as the child does: whoever runs first wins the race */
-    struct outcome out = {0};
-    supervise(prog, start, o->time_ms, &out);
-    report(o->status_fd, &out);
+    struct rbjail_outcome out = {0};
+    rbjail_supervise(prog, start, o->time_ms, &out);
+    rbjail_report(o->status_fd, &out);
     return 0;
 }
 
@@ -428,7 +327,7 @@ static int open_cgroups(struct opts *o) {
         if (o->cgroup_fds[i] < 0) {
             char msg[600];
             snprintf(msg, sizeof msg, "error cgroup: open %s: %s", o->cgroup_v[i], strerror(errno));
-            send_msg(o->status_fd, msg, -1);
+            rbjail_send_msg(o->status_fd, msg, -1);
             return -1;
         }
     }
@@ -465,12 +364,12 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
     int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
     for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
     if (o->ns && rbjail_unshare_namespaces() < 0) {
-        send_error(o->status_fd, "namespaces");
+        rbjail_send_error(o->status_fd, "namespaces");
         return JAIL_FAULT;
     }
     pid_t init = fork();
     if (init < 0) {
-        send_msg(o->status_fd, "error fork: cannot start init", -1);
+        rbjail_send_msg(o->status_fd, "error fork: cannot start init", -1);
         return JAIL_FAULT;
     }
     if (init == 0) {
@@ -552,14 +451,14 @@ static void spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
     if (pid < 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "error fork: %s", strerror(errno));
-        send_msg(control, msg, -1);
+        rbjail_send_msg(control, msg, -1);
         return;
     }
     /* A pidfd lets the worker watch and signal a process that is not its child. */
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     char msg[64];
     snprintf(msg, sizeof msg, "spawned %d", (int)pid);
-    send_msg(control, msg, pidfd);
+    rbjail_send_msg(control, msg, pidfd);
     if (pidfd >= 0) close(pidfd);
 }
 
@@ -569,7 +468,7 @@ static int run_spawner(struct opts *o) {
     /* Never the OOM killer's victim: the program is. Its child resets this. */
     set_oom_score_adj("-1000");
     if (open_cgroups(o) < 0 || rbjail_apply_cgroups(o->cgroup_fds, o->n_cgroups) < 0) {
-        send_error(o->status_fd, "spawner cgroups");
+        rbjail_send_error(o->status_fd, "spawner cgroups");
         return JAIL_FAULT;
     }
     for (size_t i = 0; i < o->n_cgroups; i++) close(o->cgroup_fds[i]);
@@ -581,7 +480,7 @@ static int run_spawner(struct opts *o) {
         if (n <= 0) return 0; /* the worker closed the slot (or died) */
         if (n_fds != SPAWN_FDS) {
             for (int i = 0; i < n_fds; i++) close(fds[i]);
-            send_msg(o->status_fd, "error spawn request without its 4 fds", -1);
+            rbjail_send_msg(o->status_fd, "error spawn request without its 4 fds", -1);
             continue;
         }
         spawn_one(o->status_fd, (size_t)n, fds);

@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -27,6 +29,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <grp.h>
 
@@ -598,4 +601,497 @@ int rbjail_rlimit_resource(const char *name) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, name) == 0) return table[i].resource;
     return -1;
+}
+
+
+/* ------------------------------------------------------------------ status protocol, init
+ *
+ * The jail's init (the launcher's, and a warm pool's execution pid 1) talks to
+ * the worker over a SOCK_SEQPACKET status socket and supervises the program. */
+
+void rbjail_send_msg(int fd, const char *msg, int pass_fd) {
+    struct iovec iov = {.iov_base = (void *)msg, .iov_len = strlen(msg)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass_fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    while (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+    }
+}
+
+void rbjail_send_error(int fd, const char *stage) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "error %s: %s", stage, rbjail_error());
+    rbjail_send_msg(fd, msg, -1);
+}
+
+int rbjail_wait_for_go(int fd) {
+    char buf[16];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1; /* the caller went away: never run the program */
+        buf[n] = '\0';
+        return strcmp(buf, "go") == 0 ? 0 : -1;
+    }
+}
+
+long long rbjail_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+static void kill_leftovers(pid_t prog) {
+    if (getpid() == 1) kill(-1, SIGKILL); /* everyone in this pid namespace but us */
+    else kill(-prog, SIGKILL);
+}
+
+/* Wait for the program with a deadline, without polling: SIGCHLD is blocked
+ * and collected with sigtimedwait. Orphans reparented to init are reaped too. */
+void rbjail_supervise(pid_t prog, long long start_us, long long time_ms,
+                      struct rbjail_outcome *out) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    long long deadline = start_us + time_ms * 1000LL;
+    int done = 0;
+    while (!done) {
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+            if (p == prog) {
+                out->status = st;
+                out->wall_us = rbjail_now_us() - start_us;
+                done = 1;
+            }
+        }
+        if (done || (p < 0 && errno == ECHILD)) break;
+        long long left = deadline - rbjail_now_us();
+        if (left <= 0) {
+            if (!out->timed_out) kill_leftovers(prog);
+            out->timed_out = 1;
+            left = 100000; /* the program is dying: just wait for its SIGCHLD */
+        }
+        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    kill_leftovers(prog);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
+    }
+}
+
+void rbjail_report(int fd, const struct rbjail_outcome *out) {
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    int st = out->status;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "result exit=%d signal=%d wall_us=%lld utime_us=%lld stime_us=%lld maxrss_kb=%ld "
+             "timed_out=%d",
+             WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+             out->wall_us,
+             (long long)ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
+             (long long)ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec, ru.ru_maxrss,
+             out->timed_out);
+    rbjail_send_msg(fd, msg, -1);
+}
+
+/* ------------------------------------------------------------------ warm pools */
+
+int rbjail_unshare_execution(int new_net) {
+    /* No new uts namespace: the jail's hostname is set once and the program can
+     * change it neither without capabilities nor past seccomp. */
+    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+    if (new_net) flags |= CLONE_NEWNET;
+    if (unshare(flags) < 0) return fail("unshare", "execution namespaces");
+    return 0;
+}
+
+int rbjail_setns_all(const int *fds, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (setns(fds[i], 0) < 0) return fail("setns", NULL);
+    }
+    return 0;
+}
+
+int rbjail_fresh_scratch(const struct rbjail_fs *fs) {
+    /* The jail's root is read-only and already holds the mount points: the new
+     * tmpfs go on top of the zygote's, in this execution's mount namespace. */
+    if (chdir("/") < 0) return fail("chdir", "/");
+    int rootfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0) return fail("open", "/");
+    int rc = writable_tmpfs(rootfd, fs);
+    if (rc == 0) {
+        char opts[128];
+        snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=1777", fs->tmp_mb, fs->inodes);
+        rc = mount_tmpfs("dev/shm", MS_NOSUID | MS_NODEV, opts);
+    }
+    if (rc == 0) rc = mount_proc(rootfd); /* shows this execution's pid namespace */
+    close(rootfd);
+    if (rc == 0 && chdir("/work") < 0) rc = fail("chdir", "/work");
+    return rc;
+}
+
+/* The memory map fields of /proc/self/stat, for PR_SET_MM_MAP (which replaces them all). */
+static int current_mm_map(struct prctl_mm_map *map) {
+    char buf[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail("open", "/proc/self/stat");
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return fail("read", "/proc/self/stat");
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain anything */
+    if (p == NULL) {
+        errno = EINVAL;
+        return fail("parse", "/proc/self/stat");
+    }
+    unsigned long long field[53] = {0};
+    int k = 3; /* the field after ")" is the third */
+    for (char *save = NULL, *tok = strtok_r(p + 1, " ", &save); tok && k < 53;
+         tok = strtok_r(NULL, " ", &save))
+        field[k++] = strtoull(tok, NULL, 10);
+    if (k < 52) {
+        errno = EINVAL;
+        return fail("parse", "/proc/self/stat");
+    }
+    memset(map, 0, sizeof *map);
+    map->start_code = field[26];
+    map->end_code = field[27];
+    map->start_stack = field[28];
+    map->start_data = field[45];
+    map->end_data = field[46];
+    map->start_brk = field[47];
+    map->brk = (unsigned long)sbrk(0);
+    map->arg_start = field[48];
+    map->arg_end = field[49];
+    map->env_start = field[50];
+    map->env_end = field[51];
+    map->exe_fd = (__u32)-1; /* keep /proc/self/exe */
+    return 0;
+}
+
+int rbjail_set_cmdline(const char *args, size_t len) {
+    if (len == 0 || args[len - 1] != '\0') {
+        errno = EINVAL;
+        return fail("cmdline", "not NUL-terminated");
+    }
+    /* A mapping of our own that is never freed: the kernel reads the command
+     * line from this memory whenever /proc/<pid>/cmdline is opened. One byte
+     * more than needed, so that the end address still lies inside it. */
+    char *copy = mmap(NULL, len + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) return fail("mmap", "cmdline");
+    memcpy(copy, args, len);
+    unsigned long start = (unsigned long)copy, end = start + len;
+    /* PR_SET_MM_MAP needs no capability when /proc/self/exe stays (CAP_SYS_RESOURCE,
+     * which the single-field calls need, is often missing in containers). */
+    struct prctl_mm_map map;
+    if (current_mm_map(&map) == 0) {
+        map.arg_start = start;
+        map.arg_end = end;
+        if (prctl(PR_SET_MM, PR_SET_MM_MAP, (unsigned long)&map, sizeof map, 0) == 0) return 0;
+    }
+    /* The kernel wants arg_start <= arg_end after each call: which bound moves
+     * first depends on where the new area lies relative to the old one. */
+    if (prctl(PR_SET_MM, PR_SET_MM_ARG_END, end, 0, 0) == 0) {
+        if (prctl(PR_SET_MM, PR_SET_MM_ARG_START, start, 0, 0) == 0) return 0;
+    } else if (prctl(PR_SET_MM, PR_SET_MM_ARG_START, start, 0, 0) == 0 &&
+               prctl(PR_SET_MM, PR_SET_MM_ARG_END, end, 0, 0) == 0) {
+        return 0;
+    }
+    munmap(copy, len + 1);
+    return fail("prctl", "PR_SET_MM_ARG");
+}
+
+int rbjail_close_from(int lowfd) {
+    if (syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0) == 0) return 0;
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = lowfd; fd < (max > 0 ? max : 65536); fd++) close((int)fd);
+    return 0;
+}
+
+size_t rbjail_struct_size(const char *name) {
+    if (strcmp(name, "fs") == 0) return sizeof(struct rbjail_fs);
+    if (strcmp(name, "child") == 0) return sizeof(struct rbjail_child);
+    if (strcmp(name, "rlimit") == 0) return sizeof(struct rbjail_rlimit);
+    if (strcmp(name, "mount") == 0) return sizeof(struct rbjail_mount);
+    if (strcmp(name, "pool_request") == 0) return sizeof(struct rbjail_pool_request);
+    if (strcmp(name, "zygote") == 0) return sizeof(struct rbjail_zygote);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ warm pools: the zygote */
+
+#define SPAWN_FDS 5 /* stdin, stdout, stderr, status socket, request memfd */
+#define MAX_CMDLINE (1 << 20)
+
+/* The interpreter's own signal dispositions when it started serving (CPython
+ * ignores SIGPIPE and SIGXFSZ and handles SIGINT): a program gets them back
+ * after rbjail_confine() reset everything, as a fresh interpreter has them. */
+static struct sigaction interpreter_signals[NSIG];
+
+/* One control message: 1 if it is a well-formed spawn request, 0 if malformed
+ * (its fds closed), -1 once the worker has gone. */
+static int recv_spawn(int fd, int fds[SPAWN_FDS]) {
+    char buf[16];
+    struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+    union {
+        char buf[CMSG_SPACE(SPAWN_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    int n_fds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < count; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (n_fds < SPAWN_FDS) fds[n_fds++] = got;
+            else close(got);
+        }
+    }
+    if (n <= 0 && n_fds == 0) return -1;
+    if (n == 5 && memcmp(buf, "spawn", 5) == 0 && n_fds == SPAWN_FDS) return 1;
+    for (int i = 0; i < n_fds; i++) close(fds[i]);
+    return 0;
+}
+
+static void close_fds(const int *fds, int n) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+static void take_down(int sig) {
+    /* The worker's stop request reaches pid 1 only through a handler: take the
+     * whole pid namespace down with us. */
+    kill(-1, SIGKILL);
+    _exit(128 + sig);
+}
+
+static int read_head(int memfd, struct rbjail_pool_request *req) {
+    if (pread(memfd, req, sizeof *req, 0) != (ssize_t)sizeof *req || req->size != sizeof *req ||
+        req->cmdline_len == 0 || req->cmdline_len > MAX_CMDLINE ||
+        req->n_rlimits > RBJAIL_POOL_MAX_RLIMITS) {
+        errno = EINVAL;
+        return fail("request", "layout does not match this library");
+    }
+    return 0;
+}
+
+/* The program (pid 2): waits for "go" (relayed by pid 1), is confined like a
+ * launcher's program, and returns to the interpreter with the request memfd. */
+static int pool_program(const struct rbjail_pool_request *req, const int fds[SPAWN_FDS],
+                        int go_fd) {
+    int status = fds[3], memfd = fds[4];
+    char b;
+    ssize_t n;
+    while ((n = read(go_fd, &b, 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) _exit(RBJAIL_FAULT); /* pid 1 went away without "go": never run */
+    close(go_fd);
+    for (int i = 0; i < 3; i++) {
+        if (dup2(fds[i], i) < 0) {
+            fail("dup2", NULL);
+            rbjail_send_error(status, "program");
+            _exit(RBJAIL_FAULT);
+        }
+    }
+    char *cmdline = malloc(req->cmdline_len); /* our own memory now: the fork copied it */
+    off_t at = (off_t)sizeof *req;
+    if (cmdline == NULL || pread(memfd, cmdline, req->cmdline_len, at) != (ssize_t)req->cmdline_len ||
+        lseek(memfd, at + req->cmdline_len, SEEK_SET) < 0) {
+        fail("read", "request");
+        rbjail_send_error(status, "program");
+        _exit(RBJAIL_FAULT);
+    }
+    struct rbjail_child c = {
+        .rlimits = req->rlimits, .n_rlimits = req->n_rlimits,
+        .drop_uid = req->drop_uid, .uid = req->uid, .gid = req->gid,
+        .seccomp = req->seccomp, .new_session = 1, .reset_oom_score = 1,
+    };
+    if (rbjail_set_cmdline(cmdline, req->cmdline_len) < 0 || rbjail_confine(&c) < 0) {
+        rbjail_send_error(status, "confine");
+        _exit(RBJAIL_FAULT);
+    }
+    /* The uid change made us non-dumpable; a launcher's program gets dumpable
+     * back from execve. Without it, /proc/self would be root's and the
+     * program's own processes invisible to each other (hidepid). */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) {
+        fail("prctl", "PR_SET_DUMPABLE");
+        rbjail_send_error(status, "confine");
+        _exit(RBJAIL_FAULT);
+    }
+    free(cmdline);
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        (void)sigaction(sig, &interpreter_signals[sig], NULL);
+    }
+    /* Nothing of the zygote's or pid 1's stays open but the status socket and the
+     * request, which the interpreter side reads and closes. */
+    int keep_lo = status < memfd ? status : memfd;
+    int keep_hi = status < memfd ? memfd : status;
+    for (int fd = 3; fd < keep_lo; fd++) close(fd);
+    for (int fd = keep_lo + 1; fd < keep_hi; fd++) close(fd);
+    rbjail_close_from(keep_hi + 1);
+    return memfd;
+}
+
+static void exec_fault(int status, const char *stage) {
+    rbjail_send_error(status, stage);
+    _exit(RBJAIL_FAULT); /* as pid 1: the kernel kills the program with us */
+}
+
+/* The execution's pid 1 (forked by the zygote, in the new namespaces): fresh
+ * scratch mounts, the program forked ahead (it waits for "go" on a pipe, so its
+ * fork overlaps the worker's file placement), then the launcher's own init:
+ * "ready", "go", supervision, "result". Returns only in the program.
+ * (Measured: a vfork()ed pid 1 that execs the small launcher instead costs more
+ * here; a glibc process start runs dozens of CPUID instructions, each a VM exit.) */
+static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS],
+                          int *status_fd) {
+    int status = fds[3];
+    close(z->control_fd);
+    close_fds(z->ns_fds, (int)z->n_ns_fds);
+    struct rbjail_pool_request req;
+    if (read_head(fds[4], &req) < 0) exec_fault(status, "request");
+    struct rbjail_fs fs = {.work_mb = req.work_mb, .tmp_mb = req.tmp_mb, .inodes = req.inodes,
+                           .uid = req.drop_uid ? req.uid : 0, .gid = req.drop_uid ? req.gid : 0};
+    if (rbjail_fresh_scratch(&fs) < 0 ||
+        (z->fresh_net && req.loopback && rbjail_loopback_up() < 0))
+        exec_fault(status, "setup");
+    int workfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int go[2];
+    if (workfd < 0 || pipe(go) < 0) {
+        fail("open", "/work");
+        exec_fault(status, "setup");
+    }
+    /* SIGCHLD: blocked (collected with sigtimedwait), not ignored as in the zygote. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    pid_t prog = fork();
+    if (prog < 0) {
+        fail("fork", NULL);
+        exec_fault(status, "fork");
+    }
+    if (prog == 0) {
+        close(go[1]);
+        close(workfd);
+        *status_fd = status;
+        return pool_program(&req, fds, go[0]);
+    }
+    close(go[0]);
+    close_fds(fds, 3);
+    close(fds[4]);
+    /* Now the launcher's init, as it is after building a jail. */
+    struct sigaction sa = {.sa_handler = take_down};
+    sigemptyset(&sa.sa_mask);
+    int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1}; /* as the launcher's supervisor */
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
+    rbjail_send_msg(status, "ready", workfd);
+    close(workfd);
+    if (rbjail_wait_for_go(status) < 0) _exit(RBJAIL_FAULT); /* the program dies with us */
+    long long start = rbjail_now_us();
+    if (write(go[1], "g", 1) != 1) _exit(RBJAIL_FAULT);
+    close(go[1]);
+    struct rbjail_outcome out = {0};
+    rbjail_supervise(prog, start, req.time_ms, &out);
+    rbjail_report(status, &out);
+    _exit(0);
+}
+
+/* FNV-1a of the net namespace's SNMP counters: any packet sent or received in
+ * it changes them (every TCP/UDP/ICMP exchange goes through IP). */
+static unsigned long long net_traces(void) {
+    static const char *const files[] = {"/proc/self/net/snmp", "/proc/self/net/snmp6"};
+    unsigned long long h = 1469598103934665603ULL;
+    char buf[8192];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue; /* no IPv6 */
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0) {
+            for (ssize_t k = 0; k < n; k++) h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
+        }
+        close(fd);
+    }
+    return h;
+}
+
+/* Leave a used net namespace for a new one (the old one dies with its last user). */
+static int renew_net(const struct rbjail_zygote *z) {
+    if (unshare(CLONE_NEWNET) < 0) return fail("unshare", "net");
+    if (z->loopback && rbjail_loopback_up() < 0) return -1;
+    return 0;
+}
+
+int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
+    for (int sig = 1; sig < NSIG; sig++) (void)sigaction(sig, NULL, &interpreter_signals[sig]);
+    signal(SIGCHLD, SIG_IGN); /* executions' pid 1s: reaped by the kernel, watched by pidfd */
+    unsigned long long clean_net = net_traces();
+    for (;;) {
+        int fds[SPAWN_FDS];
+        int got = recv_spawn(z->control_fd, fds);
+        if (got < 0) return -1; /* the worker closed this pool member */
+        if (got == 0) {
+            rbjail_send_msg(z->control_fd, "error spawn request without its 5 fds", -1);
+            continue;
+        }
+        /* The previous execution is over (one at a time): if it used the
+         * network, what it left (TIME_WAIT sockets, counters) must not be seen. */
+        if (!z->fresh_net && net_traces() != clean_net) {
+            if (renew_net(z) < 0) {
+                close_fds(fds, SPAWN_FDS);
+                rbjail_send_error(z->control_fd, "namespaces");
+                continue;
+            }
+            clean_net = net_traces();
+        }
+        if (rbjail_unshare_execution(z->fresh_net) < 0) {
+            close_fds(fds, SPAWN_FDS);
+            rbjail_send_error(z->control_fd, "namespaces");
+            continue;
+        }
+        pid_t pid = fork();
+        if (pid == 0) return pool_execution(z, fds, status_fd);
+        int saved = errno;
+        /* Stuck in an execution's namespaces, this zygote must not serve again. */
+        if (rbjail_setns_all(z->ns_fds, z->n_ns_fds) < 0) _exit(RBJAIL_FAULT);
+        close_fds(fds, SPAWN_FDS);
+        if (pid < 0) {
+            errno = saved;
+            fail("fork", NULL);
+            rbjail_send_error(z->control_fd, "fork");
+            continue;
+        }
+        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0) {
+            fail("pidfd_open", NULL);
+            rbjail_send_error(z->control_fd, "spawn");
+            continue;
+        }
+        char msg[64];
+        snprintf(msg, sizeof msg, "spawned %d", (int)pid);
+        rbjail_send_msg(z->control_fd, msg, pidfd);
+        close(pidfd);
+    }
 }

@@ -80,4 +80,94 @@ int rbjail_confine(const struct rbjail_child *child);
 /* Name of an rlimit ("cpu", "as", ...) to its RLIMIT_* number, or -1. */
 int rbjail_rlimit_resource(const char *name);
 
+/* ------------------------------------------------------------------ status protocol, init
+ *
+ * The jail's init speaks to the worker over a SOCK_SEQPACKET status socket:
+ * "ready" (+ fd of /work), "go" (from the worker), "result ...", "error ...". */
+
+#define RBJAIL_FAULT 125 /* exit status of a jail fault, never the program's */
+
+struct rbjail_outcome {
+    int status; /* the program's wait status */
+    int timed_out;
+    long long wall_us;
+};
+
+void rbjail_send_msg(int fd, const char *msg, int pass_fd);
+/* "error STAGE: <rbjail_error()>" */
+void rbjail_send_error(int fd, const char *stage);
+/* 0 once "go" arrived; -1 if the caller went away or sent anything else. */
+int rbjail_wait_for_go(int fd);
+long long rbjail_now_us(void);
+/* As pid 1 (SIGCHLD blocked): wait for prog with a deadline, kill and reap everything. */
+void rbjail_supervise(pid_t prog, long long start_us, long long time_ms,
+                      struct rbjail_outcome *out);
+/* "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T" */
+void rbjail_report(int fd, const struct rbjail_outcome *out);
+
+/* ------------------------------------------------------------------ warm pools
+ *
+ * A zygote (a pre-started interpreter, root inside an already built jail) forks
+ * one execution at a time: it unshares the per-execution namespaces, forks the
+ * execution's pid 1, and re-enters its own namespaces. That pid 1 lays fresh
+ * scratch mounts over the jail's root and forks the program, which is confined
+ * with rbjail_confine() like a launcher's program, then shows its own argv. */
+
+/* New mount and ipc namespaces now, a new pid namespace for the next child
+ * (the execution's pid 1); a new net namespace too when new_net. */
+int rbjail_unshare_execution(int new_net);
+/* Re-enter the namespaces held open as fds (opened from /proc/self/ns/). */
+int rbjail_setns_all(const int *fds, size_t n);
+/* Over an existing jail root: fresh size-capped tmpfs /work (owned by uid/gid),
+ * /tmp and /dev/shm, and a /proc of the caller's pid namespace (hidepid); then
+ * chdir /work. Only work_mb, tmp_mb, inodes, uid and gid of fs are used. */
+int rbjail_fresh_scratch(const struct rbjail_fs *fs);
+/* Make /proc/self/cmdline show `args` (NUL-separated, NUL-terminated, len
+ * bytes, copied). Needs CAP_SYS_RESOURCE: call before rbjail_confine(). */
+int rbjail_set_cmdline(const char *args, size_t len);
+/* Close every fd from lowfd up (close_range(2), a loop where it is missing). */
+int rbjail_close_from(int lowfd);
+/* A zygote's serving loop (the interpreter calls it once it is warm). Per
+ * request ("spawn" + [stdin, stdout, stderr, status socket, request memfd]) it
+ * forks the execution's pid 1 into new namespaces and answers "spawned PID" +
+ * [pidfd]; that pid 1 mounts fresh scratch, speaks the status protocol, forks
+ * the program and supervises it. Returns -1 in the zygote once the worker has
+ * closed control_fd. Returns in the program (pid 2), confined, with stdio in
+ * place, the signal dispositions the interpreter had when it called this, and
+ * every other fd closed: the request memfd (positioned at the interpreter's
+ * part), with *status_fd still open for setup errors.
+ * Without fresh_net, executions share the zygote's net namespace only while
+ * they leave no trace in it: before each fork the zygote compares the
+ * namespace's SNMP counters with their value when it was new, and moves to a
+ * fresh namespace if any packet was sent (sockets in TIME_WAIT, counters). */
+struct rbjail_zygote {
+    int control_fd;
+    const int *ns_fds; /* the zygote's own namespaces, re-entered after each fork */
+    size_t n_ns_fds;
+    int fresh_net; /* a new net namespace for every execution (else: when used, above) */
+    int loopback;  /* bring "lo" up in new net namespaces */
+};
+
+#define RBJAIL_POOL_MAX_RLIMITS 16
+
+/* The head of a request memfd; cmdline_len bytes of NUL-separated argv follow,
+ * then the interpreter's part, up to the end of the file. */
+struct rbjail_pool_request {
+    unsigned int size; /* sizeof(struct rbjail_pool_request): layout check */
+    unsigned int cmdline_len;
+    int drop_uid, seccomp, loopback;
+    unsigned int uid, gid;
+    long long time_ms;
+    unsigned long work_mb, tmp_mb, inodes;
+    unsigned int n_rlimits;
+    struct rbjail_rlimit rlimits[RBJAIL_POOL_MAX_RLIMITS];
+};
+
+int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd);
+
+/* sizeof(struct rbjail_<name>) ("fs", "child", "rlimit", "mount", "zygote",
+ * "pool_request"), 0 if unknown:
+ * lets ctypes mirrors of these structs check themselves. */
+size_t rbjail_struct_size(const char *name);
+
 #endif

@@ -60,8 +60,11 @@ def children_of_this_process() -> list[int]:
     return found
 
 
-def spawner_children() -> list[int]:
-    """Processes whose parent is one of our slot spawners: supervisors still alive."""
+def spawner_children(resident: frozenset[int] = frozenset()) -> list[int]:
+    """Processes whose parent is one of our slot spawners: supervisors still alive.
+
+    ``resident``: processes the sandbox keeps between executions (warm zygotes' jails).
+    """
     me, spawners, parents = os.getpid(), set(), {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -74,17 +77,21 @@ def spawner_children() -> list[int]:
             parents[int(entry)] = ppid
             if ppid == me and b"--spawner" in cmdline:
                 spawners.add(int(entry))
-    return [pid for pid, ppid in parents.items() if ppid in spawners]
+    return [pid for pid, ppid in parents.items() if ppid in spawners and pid not in resident]
 
 
 @pytest.fixture(scope="module")
-def jail() -> Iterator[JailSandbox]:
+def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
+    """Module-wide sandbox, once cold and once warm (``jail_config`` in conftest.py)."""
     try:
-        sandbox = JailSandbox(JailConfig())
+        sandbox = JailSandbox(jail_config)
     except IsolationUnavailable as exc:
         pytest.skip(f"this host cannot run the strict jail: {exc}")
     yield sandbox
+    stats = sandbox.pool_stats
     sandbox.close()
+    if jail_config.pool.enabled:
+        assert stats is not None and stats.served > 0, "the warm run never used the pool"
 
 
 class Hostile:
@@ -105,7 +112,8 @@ class Hostile:
     async def check_aftermath(self) -> None:
         assert processes_with(self.marker) == [], "a jailed process outlived its execution"
         assert children_of_this_process() == [], "a launcher was not reaped"
-        assert spawner_children() == [], "a jail supervisor outlived its execution"
+        resident = self.jail.resident_pids()
+        assert spawner_children(resident) == [], "a jail supervisor outlived its execution"
         follow_up = await self.jail.execute(
             ExecRequest(argv=(PYTHON, "-I", "-S", "-c", "print(6 * 7)"), extra_mounts=MOUNTS)
         )

@@ -76,13 +76,17 @@ print(json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def jail() -> Iterator[JailSandbox]:
+def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
+    """Module-wide sandbox, once cold and once warm (``jail_config`` in conftest.py)."""
     try:
-        sandbox = JailSandbox(JailConfig())
+        sandbox = JailSandbox(jail_config)
     except IsolationUnavailable as exc:
         pytest.skip(f"this host cannot run the strict jail: {exc}")
     yield sandbox
+    stats = sandbox.pool_stats
     sandbox.close()
+    if jail_config.pool.enabled:
+        assert stats is not None and stats.served > 0, "the warm run never used the pool"
 
 
 def request(code: str, tag: str) -> ExecRequest:

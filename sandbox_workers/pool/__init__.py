@@ -1,0 +1,87 @@
+"""Warm pools: pre-started, already jailed interpreters that fork a fresh, isolated child per run.
+
+A cold Python execution pays an interpreter start-up (~8 ms) on top of the
+jail. A *zygote* pays it once: a Python interpreter started in its own jail
+(pid, mount, net, ipc, uts namespaces; private read-only root; cgroup slot)
+with the options and environment of the executions it serves, with the
+standard modules judged programs use already imported and its heap frozen
+(``gc.freeze``). It then hands over to a C serving loop in ``librbjail.so``
+(``rbjail_zygote_serve``); per execution that loop forks:
+
+- the execution's **pid 1**, in new mount, ipc and pid namespaces (a new net
+  namespace too when needed, see below), all in C: it mounts a fresh
+  size-capped tmpfs ``/work``, ``/tmp``, ``/dev/shm`` and its own ``/proc``,
+  forks the program, and runs the launcher's own init code ("ready" + fd of
+  /work, "go", wall-time supervision, kill and reap everything, "result");
+- the **program** (pid 2), confined by the launcher's own layer code
+  (``rbjail_confine``: new session, OOM score, rlimits, empty capability sets,
+  unprivileged uid, no_new_privs, seccomp), with the request's argv as its
+  command line and every other fd closed; it then returns into the
+  interpreter, which runs CPython's after-fork hooks, makes ``__main__`` (and
+  stdin if need be) afresh and runs the ``-c`` code at the zygote program's
+  module level, ending as ``PyErr_Print`` and ``Py_FinalizeEx`` would
+  (tracebacks through ``sys.excepthook``, SystemExit, atexit, thread joins,
+  stream flushes and status 120, finalisers of the program's own objects,
+  death by SIGINT after an unhandled KeyboardInterrupt).
+
+The worker drives it through the same :class:`~sandbox_workers.jail.process.Launch`
+as a cold execution (the zygote is a ``Spawner`` whose spawned process speaks
+the launcher's status protocol), so file placement, output capture, limits,
+cgroup accounting and result parsing are one implementation.
+
+Nothing an execution does is visible to the next: its files live on tmpfs
+mounts that die with its mount namespace, its processes die with its pid
+namespace, its SysV/POSIX IPC with its ipc namespace; the zygote never reads a
+request (pid 1 does), so no execution's data sits in the memory later children
+inherit. Executions of a zygote share its loopback-only network namespace only
+while they leave no trace there: before each fork the zygote compares the
+namespace's SNMP counters with their pristine value and, if the previous
+execution sent any packet (it may have left TIME_WAIT sockets that would make a
+later ``bind`` fail, and counters), moves to a new namespace first.
+
+What differs from a cold run, by design: preloaded modules are already in
+``sys.modules`` (a work-dir file of the same name still shadows one, as on a
+fresh ``sys.path``) and are not torn down at exit (tearing them down would write
+to every inherited page: ~5 ms); children of one zygote share its hash secret
+(identical when ``PYTHONHASHSEED`` is set, as the executor sets it) and its
+address-space layout (ASLR is per zygote, not per run); the program's stack
+starts one frame deeper (the zygote program's module frame), so the recursion
+limit is reached a frame or two earlier; ``peak_memory_kb`` includes the
+zygote's pages the program maps, as a cold run's includes the fresh
+interpreter's; ``/proc/self/exe`` is the interpreter, as cold, and
+``/proc/self/cmdline`` is the request's argv.
+
+Node and Java are not pooled. V8 and the JVM are multi-threaded from their
+first instruction (V8's platform workers and GC threads, the JVM's compiler,
+GC and signal threads); after ``fork()`` only the calling thread exists, with
+every lock another thread held stuck forever, so a forked V8 or JVM is not a
+working runtime, and neither offers a way to fork itself (Node's
+``child_process.fork`` starts a new process; the JVM has no fork at all). What
+would be equivalent in isolation is a
+*snapshot*, not a fork: restoring a pre-initialised heap in a fresh process
+inside the jail (Node's ``--snapshot-blob`` / ``node --build-snapshot``, the
+JVM's CDS/AppCDS archives, CRaC checkpoint/restore). A persistent per-slot
+process that runs programs in ``vm`` contexts (Node) or class loaders (Java)
+is **not** isolation-equivalent: the runtime, its process state, its
+prototypes/statics reachable through escapes, its file descriptors and its
+memory are shared by every program it runs, and one program's runaway
+allocation or infinite loop takes the others down.
+"""
+
+from sandbox_workers.pool.pool import PoolStats, WarmPool, ZygoteStarter
+from sandbox_workers.pool.profile import PooledCommand, Profile, pooled_command, shadowed_modules
+from sandbox_workers.pool.zygote import ExecutionSpec, Zygote, ZygoteFault, ZygoteInfo
+
+__all__ = [
+    "ExecutionSpec",
+    "PoolStats",
+    "PooledCommand",
+    "Profile",
+    "WarmPool",
+    "Zygote",
+    "ZygoteFault",
+    "ZygoteInfo",
+    "ZygoteStarter",
+    "pooled_command",
+    "shadowed_modules",
+]

@@ -1,0 +1,25 @@
+"""Sandbox fixtures: the hostile and pollution corpora run with warm pools off and on.
+
+``jail_config`` is parametrised per module: every test of a module using it
+runs once against cold jails (a fresh interpreter per execution) and once
+against a warm pool (zygotes forking each execution), unchanged.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox_workers.jail import JailConfig
+from sandbox_workers.jail.config import PoolConfig
+
+# Two zygotes, both started (and waited for) when the first Python request
+# arrives: the pollution test counts the worker's fds after that first request.
+WARM = PoolConfig(size=2, prewarm=1.0)
+
+
+@pytest.fixture(scope="module", params=["cold", "warm"])
+def jail_config(request: pytest.FixtureRequest) -> JailConfig:
+    """A strict jail configuration, with the warm pool off ("cold") or on ("warm")."""
+    if request.param == "cold":
+        return JailConfig(pool=PoolConfig(enabled=False))
+    return JailConfig(pool=WARM)

@@ -1,0 +1,515 @@
+"""Warm pools: a zygote's execution must be indistinguishable from a cold one, and isolated.
+
+Programs run twice, through a cold jail and through a warm pool, and what they
+report (exit status, signal, stdout, stderr, files) must be the same. Then the
+pool's own guarantees: what one execution leaves in memory never reaches the
+next, zygotes are reused, retired, replaced and stopped, and requests fall back
+to the cold path whenever the pool cannot serve them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox, build
+from sandbox_workers.jail.config import PoolConfig
+from sandbox_workers.pool import pooled_command, shadowed_modules
+from sandbox_workers.pool.zygote import _RequestHead
+from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult
+
+PREFIX = Path(sys.base_prefix).resolve()
+PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+MOUNTS = (BindMount(PREFIX, str(PREFIX)),)
+# What the executor sends for Python (languages/python.py): a hash seed, -S, -B.
+ENV = {"PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8"}
+
+
+def py(
+    code: str, *args: str, options: tuple[str, ...] = ("-S", "-B"), **fields: Any
+) -> ExecRequest:
+    fields.setdefault("env", ENV)
+    return ExecRequest(argv=(PYTHON, *options, "-c", code, *args), extra_mounts=MOUNTS, **fields)
+
+
+def strict_sandbox(pool: PoolConfig) -> JailSandbox:
+    try:
+        return JailSandbox(JailConfig(pool=pool))
+    except IsolationUnavailable as exc:
+        pytest.skip(f"this host cannot run the strict jail: {exc}")
+
+
+@pytest.fixture(scope="module")
+def cold() -> Iterator[JailSandbox]:
+    sandbox = strict_sandbox(PoolConfig(enabled=False))
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def warm() -> Iterator[JailSandbox]:
+    sandbox = strict_sandbox(PoolConfig(size=2, prewarm=1.0))
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture
+async def fresh_pool() -> AsyncIterator[JailSandbox]:
+    """A pool of one zygote, for tests that count or kill zygotes."""
+    sandbox = strict_sandbox(PoolConfig(size=1, prewarm=1.0, max_uses=3))
+    yield sandbox
+    await sandbox.aclose()
+
+
+def observed(result: ExecResult) -> tuple[Any, ...]:
+    """Everything about a run that a program decides (not timings or memory)."""
+    return (
+        result.exit_code,
+        result.signal,
+        result.stdout,
+        result.stderr,
+        result.timed_out,
+        result.memory_exceeded,
+        result.output_exceeded,
+        dict(result.files),
+    )
+
+
+# ---------------------------------------------------------------------- recognising requests
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ((PYTHON, "-S", "-B", "-c", "x", "a"), (("-S", "-B"), "x", ("a",))),
+        ((PYTHON, "-ISc", "x"), (("-IS",), "x", ())),
+        ((PYTHON, "-cprint(1)", "a", "-c"), ((), "print(1)", ("a", "-c"))),
+        (
+            (PYTHON, "-W", "error", "-X", "utf8", "-c", "x"),
+            (("-W", "error", "-X", "utf8"), "x", ()),
+        ),
+        ((PYTHON, "-Xint_max_str_digits=0", "-c", "x"), (("-Xint_max_str_digits=0",), "x", ())),
+    ],
+)
+def test_pooled_commands_are_recognised(argv: tuple[str, ...], expected: tuple[Any, ...]) -> None:
+    command = pooled_command(ExecRequest(argv=argv, env={"A": "1"}), {PYTHON})
+    assert command is not None
+    assert (command.profile.options, command.code, command.args) == expected
+    assert command.profile.env == (("A", "1"),)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (PYTHON, "-S", "main.py"),  # a script: runs cold
+        (PYTHON, "-m", "json.tool"),
+        (PYTHON, "-i", "-c", "x"),  # interactive after the command
+        (PYTHON, "-v", "-c", "x"),  # prints while starting
+        (PYTHON, "-X", "importtime", "-c", "x"),
+        (PYTHON, "-X", "dev", "-c", "x"),  # installs faulthandler
+        (PYTHON, "-c"),
+        ("/usr/bin/python3", "-c", "x"),  # not the pooled interpreter
+        ("/bin/true",),
+    ],
+)
+def test_other_requests_run_cold(argv: tuple[str, ...]) -> None:
+    assert pooled_command(ExecRequest(argv=argv), {PYTHON}) is None
+
+
+def test_work_dir_files_that_shadow_modules() -> None:
+    names = ["json.py", "harness.py", "pkg/__init__.py", "data.txt", "fast.cpython-311.so"]
+    assert shadowed_modules(names) == ["fast.cpython-311", "harness", "json", "pkg"]
+
+
+def test_pool_config_is_validated() -> None:
+    assert PoolConfig(size=4, prewarm=0.5).prewarm_count == 2
+    for bad in ({"size": 0}, {"prewarm": 1.5}, {"max_uses": 0}):
+        with pytest.raises(ValueError):
+            PoolConfig(**bad)
+
+
+@pytest.mark.usefixtures("cold")  # skips where the strict jail cannot run
+def test_request_layout_matches_the_c_library() -> None:
+    library = ctypes.CDLL(str(build(JailConfig().bin_dir).library))
+    library.rbjail_struct_size.restype = ctypes.c_size_t
+    library.rbjail_struct_size.argtypes = (ctypes.c_char_p,)
+    assert ctypes.sizeof(_RequestHead) == library.rbjail_struct_size(b"pool_request")
+
+
+# ---------------------------------------------------------------------- same as cold
+
+SAME_AS_COLD = {
+    "exception": "def f():\n    raise ValueError('boom')\nf()",
+    "syntax error": "x = (",
+    "exit status": "import sys; print('out'); sys.exit(3)",
+    "exit message": "import sys; sys.exit('bad input')",
+    "exit none": "raise SystemExit",
+    "exit huge": "raise SystemExit(2**70)",
+    "keyboard interrupt": "import os, signal; os.kill(os.getpid(), signal.SIGINT)",
+    "killed by a signal": "import os, signal; print('x', flush=True); os.kill(os.getpid(), 9)",
+    "segfault": "import ctypes; ctypes.string_at(0)",
+    "atexit and threads": (
+        "import atexit, threading, time\n"
+        "atexit.register(print, 'atexit ran')\n"
+        "def late():\n    time.sleep(0.05); print('thread done')\n"
+        "threading.Thread(target=late).start()\n"
+        "print('main done')"
+    ),
+    "buffered file flushed at exit": "f = open('out.txt', 'w'); f.write('kept')",
+    "finaliser at exit": (
+        "class Bye:\n    def __del__(self): print('finalised')\nkeep = Bye()\nprint('end')"
+    ),
+    "excepthook": (
+        "import sys\n"
+        "sys.excepthook = lambda t, v, tb: print('hooked', t.__name__, file=sys.stderr)\n"
+        "raise KeyError('k')"
+    ),
+    "chained exception": (
+        "try:\n    1/0\nexcept ZeroDivisionError as e:\n    raise RuntimeError('x') from e"
+    ),
+    "stdout closed": "import sys, os; os.close(1); print('lost')",
+    "interpreter state": (
+        "import sys, os, json, signal, threading\n"
+        "print(json.dumps({\n"
+        " 'argv': sys.argv, 'orig': sys.orig_argv[1:], 'path0': sys.path[0],\n"
+        " 'flags': [sys.flags.no_site, sys.flags.dont_write_bytecode, sys.flags.isolated],\n"
+        " 'pid': os.getpid(), 'ppid': os.getppid(), 'sid': os.getsid(0), 'cwd': os.getcwd(),\n"
+        " 'cmdline': open('/proc/self/cmdline', 'rb').read().decode(),\n"
+        " 'globals': sorted(globals()), 'name': __name__, 'env': dict(os.environ),\n"
+        " 'hash': hash('abc'), 'umask': os.umask(0o22),\n"
+        " 'signals': [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGPIPE,\n"
+        "             signal.SIGCHLD, signal.SIGTERM, signal.SIGXFSZ)],\n"
+        " 'stdio': [(s.encoding, s.errors, s.line_buffering, s.isatty(), s.name)\n"
+        "           for s in (sys.stdin, sys.stdout, sys.stderr)],\n"
+        " 'threads': [t.name for t in threading.enumerate()],\n"
+        " 'environ': open('/proc/self/environ', 'rb').read().decode(),\n"
+        " 'recursion': sys.getrecursionlimit(), 'maxdigits': sys.get_int_max_str_digits(),\n"
+        "}))"
+    ),
+    "stdin": "import sys; data = sys.stdin.read(); print(len(data), data[:5])",
+    "unicode": "print('h\\u00e9llo \\u2603'); import sys; print('\\u00e9rr', file=sys.stderr)",
+    "future import": (
+        "from __future__ import annotations\n"
+        "def f(x: Undefined) -> None: pass\n"
+        "print(f.__annotations__)"
+    ),
+    "time limit": "while True: pass",
+    "output cap": "while True: print('y' * 1000)",
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("name", list(SAME_AS_COLD))
+async def test_a_warm_run_is_indistinguishable_from_a_cold_one(
+    cold: JailSandbox, warm: JailSandbox, name: str
+) -> None:
+    code = SAME_AS_COLD[name]
+    fields: dict[str, Any] = {"time_s": 0.5, "output_bytes": 1 << 16, "collect": ("*.txt",)}
+    args = ("arg one", "-x")
+    if name == "stdin":
+        fields["stdin"] = b"hello stdin\n"
+    if name == "interpreter state":
+        fields["env"] = {**ENV, "PYTHONINTMAXSTRDIGITS": "0"}
+    served = warm.pool_stats.served if warm.pool_stats else 0
+    cold_result = await cold.execute(py(code, *args, **fields))
+    warm_result = await warm.execute(py(code, *args, **fields))
+    assert warm.pool_stats is not None and warm.pool_stats.served == served + 1
+    assert observed(warm_result) == observed(cold_result)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("options", [("-I", "-S"), ("-S", "-u", "-O"), ("-E", "-s", "-b")])
+async def test_interpreter_options_are_the_zygotes_own(
+    cold: JailSandbox, warm: JailSandbox, options: tuple[str, ...]
+) -> None:
+    code = (
+        "import sys, json; print(json.dumps([list(sys.flags), sys.path[0] if sys.path else None,"
+        " sys.stdout.write_through, __debug__]))"
+    )
+    cold_result = await cold.execute(py(code, options=options))
+    warm_result = await warm.execute(py(code, options=options))
+    assert cold_result.ok, cold_result
+    assert warm_result.stdout == cold_result.stdout
+
+
+@pytest.mark.sandbox
+async def test_recursion_depth_is_within_a_few_frames_of_cold(
+    cold: JailSandbox, warm: JailSandbox
+) -> None:
+    code = (
+        "import sys\n"
+        "def depth(n=1):\n"
+        "    try: return depth(n + 1)\n"
+        "    except RecursionError: return n\n"
+        "print(depth())"
+    )
+    cold_depth = int((await cold.execute(py(code))).stdout)
+    warm_depth = int((await warm.execute(py(code))).stdout)
+    # The program runs at the zygote's module level: one frame (and the exec) deeper.
+    assert cold_depth - 5 <= warm_depth <= cold_depth
+
+
+# ---------------------------------------------------------------------- isolation
+
+
+@pytest.mark.sandbox
+async def test_one_execution_leaves_nothing_in_the_next_ones_memory(
+    fresh_pool: JailSandbox,
+) -> None:
+    secret = f"rbsecret-{uuid.uuid4().hex}"
+    plant = (
+        "import json, sys\n"
+        "json.PLANTED = sys.argv[1]\n"  # in a module the zygote preloaded
+        "kept = [sys.argv[1] * 3 for _ in range(1000)]\n"
+        "print('planted')"
+    )
+    look = "import json; print(hasattr(json, 'PLANTED'))"
+    for _ in range(2):
+        assert (await fresh_pool.execute(py(plant, secret))).stdout == b"planted\n"
+        assert (await fresh_pool.execute(py(look))).stdout == b"False\n"
+    # What every later execution inherits is the zygote's memory: the secret was
+    # never in it (the zygote hands requests on unread).
+    [zygote] = _zygote_pids(fresh_pool)
+    assert secret.encode() not in _writable_memory(zygote)
+
+
+def _writable_memory(pid: int) -> bytes:
+    chunks = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("rw"):
+                continue
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(lo)
+                chunks.append(mem.read(hi - lo))
+            except OSError:
+                continue
+    return b"".join(chunks)
+
+
+@pytest.mark.sandbox
+async def test_work_dir_files_shadow_preloaded_modules(
+    cold: JailSandbox, warm: JailSandbox
+) -> None:
+    request = py("import json; print(json.VERSION)", files={"json.py": b"VERSION = 'mine'\n"})
+    assert (await cold.execute(request)).stdout == b"mine\n"
+    assert (await warm.execute(request)).stdout == b"mine\n"
+
+
+@pytest.mark.sandbox
+async def test_each_execution_gets_its_own_limits(warm: JailSandbox) -> None:
+    memory = await warm.execute(py("x = bytearray(200 << 20)", memory_mb=64, time_s=10))
+    assert memory.memory_exceeded or memory.exit_code == 1  # OOM kill or MemoryError
+    roomy = await warm.execute(py("x = bytearray(200 << 20); print('ok')", memory_mb=400))
+    assert roomy.ok and roomy.stdout == b"ok\n"
+    slow = await warm.execute(py("import time; time.sleep(5)", time_s=0.3))
+    assert slow.timed_out and slow.wall_ms < 2000
+
+
+TCP_PLANT = (
+    "import socket\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 47555)); s.listen()\n"
+    "c = socket.create_connection(('127.0.0.1', 47555)); a, _ = s.accept()\n"
+    "a.close(); c.recv(1); c.close(); s.close()\n"  # the accepted side closes first: TIME_WAIT
+    "print('planted')"
+)
+TCP_LOOK = (
+    "import os, socket\n"
+    "udp = [line for line in open('/proc/net/snmp') if line.startswith('Udp:')][1].split()\n"
+    "s = socket.socket()\n"
+    "try:\n"
+    "    s.bind(('127.0.0.1', 47555)); bound = 'bound'\n"
+    "except OSError as e:\n"
+    "    bound = e.errno\n"
+    "print(bound, udp[1], udp[4], os.readlink('/proc/self/ns/net'))"  # InDatagrams, OutDatagrams
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("fresh_net", [False, True])
+async def test_network_traces_never_reach_the_next_execution(fresh_net: bool) -> None:
+    sandbox = strict_sandbox(PoolConfig(size=1, prewarm=1.0, fresh_net=fresh_net))
+    try:
+        udp = (
+            "import socket\n"
+            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
+        )
+        for plant in (TCP_PLANT, udp):
+            assert (await sandbox.execute(py(plant))).ok
+            looked = (await sandbox.execute(py(TCP_LOOK))).stdout.split()
+            # The port is free (no TIME_WAIT) and the counters are a new namespace's.
+            assert looked[:3] == [b"bound", b"0", b"0"], looked
+        assert sandbox.pool_stats is not None and sandbox.pool_stats.cold == 0
+    finally:
+        await sandbox.aclose()
+
+
+@pytest.mark.sandbox
+async def test_the_network_namespace_is_renewed_only_after_use() -> None:
+    sandbox = strict_sandbox(PoolConfig(size=1, prewarm=1.0))
+    try:
+        quiet = "import os; print(os.readlink('/proc/self/ns/net'))"
+        first = (await sandbox.execute(py(quiet))).stdout
+        assert (await sandbox.execute(py(quiet))).stdout == first  # nothing sent: kept
+        assert (await sandbox.execute(py(TCP_PLANT))).ok
+        assert (await sandbox.execute(py(quiet))).stdout != first
+        assert sandbox.pool_stats is not None
+        assert sandbox.pool_stats.served == 4 and sandbox.pool_stats.started == 1
+    finally:
+        await sandbox.aclose()
+
+
+# ---------------------------------------------------------------------- the pool itself
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _zygote_pids(sandbox: JailSandbox) -> list[int]:
+    """The resident python processes: the zygotes themselves."""
+    found = []
+    for pid in sandbox.resident_pids():
+        try:
+            if Path(f"/proc/{pid}/exe").resolve() == Path(PYTHON).resolve():
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.sandbox
+async def test_zygotes_are_reused_then_retired(fresh_pool: JailSandbox) -> None:
+    for i in range(7):
+        result = await fresh_pool.execute(py(f"print({i})"))
+        assert result.stdout == f"{i}\n".encode()
+    stats = fresh_pool.pool_stats
+    assert stats is not None
+    assert stats.served == 7 and stats.cold == 0
+    assert stats.recycled == 2  # max_uses=3: after the 3rd and the 6th execution
+    await asyncio.sleep(0)
+    assert stats.started >= 3
+
+
+@pytest.mark.sandbox
+async def test_a_dead_zygote_is_replaced(fresh_pool: JailSandbox) -> None:
+    assert (await fresh_pool.execute(py("print(1)"))).ok
+    [zygote] = _zygote_pids(fresh_pool)
+    os.kill(zygote, signal.SIGKILL)
+    # The request that finds it dead still runs (cold, or in a replacement).
+    assert (await fresh_pool.execute(py("print(2)"))).stdout == b"2\n"
+    for _ in range(200):
+        if _zygote_pids(fresh_pool) and _zygote_pids(fresh_pool) != [zygote]:
+            break
+        await asyncio.sleep(0.02)
+    served = fresh_pool.pool_stats.served if fresh_pool.pool_stats else 0
+    assert (await fresh_pool.execute(py("print(3)"))).stdout == b"3\n"
+    assert fresh_pool.pool_stats is not None
+    assert fresh_pool.pool_stats.discarded >= 1
+    assert fresh_pool.pool_stats.served == served + 1
+
+
+@pytest.mark.sandbox
+async def test_an_exhausted_pool_falls_back_to_cold(fresh_pool: JailSandbox) -> None:
+    await fresh_pool.warm(py("pass"))
+    results = await asyncio.gather(*(fresh_pool.execute(py(f"print({i})")) for i in range(4)))
+    assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(4)]
+    stats = fresh_pool.pool_stats
+    assert stats is not None and stats.cold >= 1 and stats.served >= 1
+
+
+@pytest.mark.sandbox
+async def test_a_zygote_that_cannot_start_means_cold_runs() -> None:
+    # /bin/true is "the pooled interpreter" here: its zygote exits at once.
+    sandbox = strict_sandbox(PoolConfig(size=1, interpreters=("/bin/true",)))
+    try:
+        result = await sandbox.execute(ExecRequest(argv=("/bin/true", "-c", "x")))
+        assert result.ok
+        assert sandbox.pool_stats is not None
+        assert sandbox.pool_stats.start_failures == 1 and sandbox.pool_stats.cold == 1
+    finally:
+        await sandbox.aclose()
+
+
+@pytest.mark.sandbox
+async def test_a_timed_out_execution_does_not_cost_the_zygote(fresh_pool: JailSandbox) -> None:
+    assert (await fresh_pool.execute(py("while True: pass", time_s=0.3))).timed_out
+    assert (await fresh_pool.execute(py("print('next')"))).stdout == b"next\n"
+    stats = fresh_pool.pool_stats
+    assert stats is not None and stats.served == 2 and stats.discarded == 0
+
+
+def _instance_dirs() -> set[Path]:
+    """This process's cgroup instance directories (``w<pid>-<n>``), in every hierarchy."""
+    own = f"w{os.getpid()}-*"
+    return {p for p in Path("/sys/fs/cgroup").glob(f"*/**/rewardbus/{own}") if p.is_dir()}
+
+
+@pytest.mark.sandbox
+async def test_a_request_that_fails_to_start_does_not_keep_its_zygote(
+    fresh_pool: JailSandbox,
+) -> None:
+    # An argv that cannot be encoded fails as it does cold, before anything runs.
+    with pytest.raises(UnicodeEncodeError):
+        await fresh_pool.execute(py("pass", "\udc80"))
+    assert (await fresh_pool.execute(py("print(1)"))).stdout == b"1\n"
+    stats = fresh_pool.pool_stats
+    assert stats is not None and stats.cold == 0 and stats.discarded == 1
+    assert len(_zygote_pids(fresh_pool)) == 1  # the failed one is gone, not kept busy
+
+
+@pytest.mark.sandbox
+async def test_closing_stops_every_zygote_and_removes_its_cgroups() -> None:
+    before = _instance_dirs()
+    sandbox = strict_sandbox(PoolConfig(size=2, prewarm=1.0))
+    assert await sandbox.warm(py("pass")) == 2
+    resident = sandbox.resident_pids()
+    assert len(_zygote_pids(sandbox)) == 2
+    await sandbox.aclose()
+    for _ in range(200):
+        if not any(_alive(pid) for pid in resident):
+            break
+        await asyncio.sleep(0.01)
+    assert [pid for pid in resident if _alive(pid)] == []
+    assert _instance_dirs() == before
+
+
+@pytest.mark.sandbox
+def test_the_pool_needs_namespaces_and_mounts() -> None:
+    config = JailConfig(strict=False, disabled=frozenset({"mounts"}), pool=PoolConfig())
+    try:
+        sandbox = JailSandbox(config)
+    except IsolationUnavailable as exc:
+        pytest.skip(f"no jail on this host: {exc}")
+    try:
+        assert sandbox.pool_stats is None
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.sandbox
+async def test_concurrent_warm_executions_keep_to_themselves(warm: JailSandbox) -> None:
+    code = (
+        "import os, sys, json\n"
+        "open(sys.argv[1], 'w').write('x')\n"
+        "print(json.dumps(sorted(os.listdir('.'))))"
+    )
+    results = await asyncio.gather(*(warm.execute(py(code, f"f{i}")) for i in range(6)))
+    for i, result in enumerate(results):
+        assert json.loads(result.stdout) == [f"f{i}"]
