@@ -30,7 +30,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sandbox_workers.jail import JailConfig, JailSandbox
+from sandbox_workers.jail.config import PoolConfig
 from sandbox_workers.sandbox import BindMount, ExecRequest
+
+# Each layer's cost is measured on the cold path; bench_sandbox measures the warm pool.
+COLD = PoolConfig(enabled=False)
 
 PREFIX = Path(sys.base_prefix).resolve()
 PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
@@ -113,7 +117,7 @@ async def jail_throughput(seconds: float, concurrency: int) -> float:
             assert result.ok, result
             done += 1
 
-    async with JailSandbox(JailConfig()) as sandbox:
+    async with JailSandbox(JailConfig(pool=COLD)) as sandbox:
         start = time.perf_counter()
         await asyncio.gather(*(worker(sandbox) for _ in range(concurrency)))
         return done / (time.perf_counter() - start)
@@ -148,8 +152,8 @@ async def main() -> None:
         sys.exit("bench_isolation needs root (namespaces, cgroups)")
     logging.getLogger("sandbox_workers.jail").setLevel(logging.ERROR)  # degraded on purpose
 
-    sandboxes = [JailSandbox(JailConfig(strict=False, disabled=d)) for _, d in STEPS]
-    sandboxes.append(JailSandbox(JailConfig(reuse_slots=False)))
+    sandboxes = [JailSandbox(JailConfig(strict=False, disabled=d, pool=COLD)) for _, d in STEPS]
+    sandboxes.append(JailSandbox(JailConfig(reuse_slots=False, pool=COLD)))
     names = [name for name, _ in STEPS] + ["full jail, fresh slot per run"]
     runners: dict[str, Runner] = {"subprocess.run (baseline)": bare_runner()}
     runners.update({name: sb.execute for name, sb in zip(names, sandboxes, strict=True)})
@@ -177,8 +181,8 @@ async def main() -> None:
             "true_ratio": round(t_ratio, 3),
             "python_ratio": round(p_ratio, 3),
         }
-    reused = await sparse_ms(JailConfig(), 30, 0.1)
-    fresh = await sparse_ms(JailConfig(reuse_slots=False), 30, 0.1)
+    reused = await sparse_ms(JailConfig(pool=COLD), 30, 0.1)
+    fresh = await sparse_ms(JailConfig(reuse_slots=False, pool=COLD), 30, 0.1)
     print(
         f"/bin/true arriving 100 ms apart: resident slot {reused:.2f} ms, "
         f"fresh slot (cgroup join per run) {fresh:.2f} ms"

@@ -68,7 +68,11 @@ async def worker(args: argparse.Namespace) -> int:
         runtime_version=f"rewardbus-{__version__}",
         **optional,
     )
-    executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id=config.worker_id))
+    executor = build_executor(
+        SandboxOptions(
+            strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
+        )
+    )
     _, flush = configure_tracing("rewardbus-worker", env=os.environ)
     ready = asyncio.Event()
     shutdown = _shutdown_future()

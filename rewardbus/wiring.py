@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
-from sandbox_workers.jail import IsolationUnavailable
+from sandbox_workers.jail import IsolationUnavailable, PoolConfig
 
 __all__ = ["SandboxOptions", "SandboxUnavailable", "build_executor"]
 
@@ -16,6 +16,7 @@ class SandboxOptions:
 
     strict: bool = True
     worker_id: str = ""
+    concurrency: int = 1
 
 
 class SandboxUnavailable(Exception):
@@ -28,7 +29,9 @@ def build_executor(options: SandboxOptions) -> Executor:
     Strict mode raises :class:`SandboxUnavailable` if a required isolation layer is
     missing on this host.
     """
-    jail = JailConfig(strict=options.strict)
+    # One warm interpreter per execution slot, plus one so a recycled zygote's
+    # replacement can start while the others serve.
+    jail = JailConfig(strict=options.strict, pool=PoolConfig(size=options.concurrency + 1))
     try:
         sandbox = JailSandbox(jail)
     except IsolationUnavailable as exc:

@@ -17,6 +17,7 @@ from sandbox_workers.jail.config import (
     IsolationUnavailable,
     JailConfig,
     LayerStatus,
+    PoolConfig,
 )
 from sandbox_workers.jail.detect import detect_layers
 from sandbox_workers.jail.jail_sandbox import JailSandbox
@@ -33,6 +34,7 @@ __all__ = [
     "JailSandbox",
     "LayerLibrary",
     "LayerStatus",
+    "PoolConfig",
     "build",
     "detect_layers",
     "load_layers",
