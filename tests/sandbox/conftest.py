@@ -7,9 +7,11 @@ against a warm pool (zygotes forking each execution), unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from sandbox_workers.jail import JailConfig
+from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
 from sandbox_workers.jail.config import PoolConfig
 
 # Two zygotes, both started (and waited for) when the first Python request
@@ -23,3 +25,17 @@ def jail_config(request: pytest.FixtureRequest) -> JailConfig:
     if request.param == "cold":
         return JailConfig(pool=PoolConfig(enabled=False))
     return JailConfig(pool=WARM)
+
+
+@pytest.fixture(scope="module")
+def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
+    """Module-wide sandbox, once cold and once warm (``jail_config`` in conftest.py)."""
+    try:
+        sandbox = JailSandbox(jail_config)
+    except IsolationUnavailable as exc:
+        pytest.skip(f"this host cannot run the strict jail: {exc}")
+    yield sandbox
+    stats = sandbox.pool_stats
+    sandbox.close()
+    if jail_config.pool.enabled:
+        assert stats is not None and stats.served > 0, "the warm run never used the pool"

@@ -8,90 +8,25 @@ must run normally.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
+from sandbox_workers.jail import JailSandbox
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult
+from tests.sandbox.procs import children_of_this_process, processes_with, spawner_children
 
 pytestmark = pytest.mark.sandbox
 
 PREFIX = Path(sys.base_prefix).resolve()
 PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
 MOUNTS = (BindMount(PREFIX, str(PREFIX)),)
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line carries marker (a /proc scan, no psutil)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
-
-
-def children_of_this_process() -> list[int]:
-    """Direct children of the test process (zombies included), but the slot spawners."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            # Only launchers count: the session may own other children (the Kafka broker).
-            launcher = b"rbjail" in cmdline and b"--spawner" not in cmdline
-            if int(stat.rpartition(")")[2].split()[1]) == me and launcher:
-                found.append(int(entry))
-    return found
-
-
-def spawner_children(resident: frozenset[int] = frozenset()) -> list[int]:
-    """Processes whose parent is one of our slot spawners: supervisors still alive.
-
-    ``resident``: processes the sandbox keeps between executions (warm zygotes' jails).
-    """
-    me, spawners, parents = os.getpid(), set(), {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            ppid = int(stat.rpartition(")")[2].split()[1])
-            parents[int(entry)] = ppid
-            if ppid == me and b"--spawner" in cmdline:
-                spawners.add(int(entry))
-    return [pid for pid, ppid in parents.items() if ppid in spawners and pid not in resident]
-
-
-@pytest.fixture(scope="module")
-def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
-    """Module-wide sandbox, once cold and once warm (``jail_config`` in conftest.py)."""
-    try:
-        sandbox = JailSandbox(jail_config)
-    except IsolationUnavailable as exc:
-        pytest.skip(f"this host cannot run the strict jail: {exc}")
-    yield sandbox
-    stats = sandbox.pool_stats
-    sandbox.close()
-    if jail_config.pool.enabled:
-        assert stats is not None and stats.served > 0, "the warm run never used the pool"
 
 
 class Hostile:

@@ -24,6 +24,7 @@ from sandbox_workers.jail import (
 )
 from sandbox_workers.jail.cgroups import CgroupLimits, V2Slot, V2Tree, detect_tree
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, SandboxFault
+from tests.sandbox.procs import children_of_this_process, jailed_processes, processes_with
 
 PREFIX = Path(sys.base_prefix).resolve()
 PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
@@ -37,50 +38,6 @@ def py(code: str, *args: str, **fields: Any) -> ExecRequest:
         extra_mounts=MOUNTS,
         **fields,
     )
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line carries marker (a /proc scan, no psutil)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
-
-
-def jailed_processes(marker: str) -> list[int]:
-    """Marked processes running as the jail's uid (not the launcher, whose argv has it too)."""
-    found = []
-    for pid in processes_with(marker):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        if "\nUid:\t65534\t" in status:
-            found.append(pid)
-    return found
-
-
-def children_of_this_process() -> list[int]:
-    """Direct children of the test process (zombies included), but the slot spawners."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            # Only launchers count: the session may own other children (the Kafka broker).
-            launcher = b"rbjail" in cmdline and b"--spawner" not in cmdline
-            if int(stat.rpartition(")")[2].split()[1]) == me and launcher:
-                found.append(int(entry))
-    return found
 
 
 async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:

@@ -107,11 +107,11 @@ PROGRAMS: dict[str, dict[Verdict, str]] = {
     },
     "perl": {
         AC: "my ($a, $b) = split ' ', <STDIN>;\nprint $a + $b, \"\\n\";\n",
-        WA: "print \"nope\\n\";\n",
-        RE: "die \"boom\";\n",
+        WA: 'print "nope\\n";\n',
+        RE: 'die "boom";\n',
         TLE: "1 while 1;\n",
         MLE: "my $s = 'x' x 1024; $s .= $s while 1;\n",
-        OLE: "print \"y\\n\" while 1;\n",
+        OLE: 'print "y\\n" while 1;\n',
     },
     "sql": {
         AC: "SELECT a + b FROM pair;",

@@ -13,12 +13,11 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
+from sandbox_workers.jail import JailSandbox
 from sandbox_workers.sandbox import BindMount, ExecRequest
 
 pytestmark = pytest.mark.sandbox
@@ -73,20 +72,6 @@ if t.connect_ex(('127.0.0.1', {PORT})) == 0: found.append('tcp listener')
 if os.listdir('.'): found.append(f'work dir {{os.listdir(".")}}')
 print(json.dumps(found))
 """
-
-
-@pytest.fixture(scope="module")
-def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
-    """Module-wide sandbox, once cold and once warm (``jail_config`` in conftest.py)."""
-    try:
-        sandbox = JailSandbox(jail_config)
-    except IsolationUnavailable as exc:
-        pytest.skip(f"this host cannot run the strict jail: {exc}")
-    yield sandbox
-    stats = sandbox.pool_stats
-    sandbox.close()
-    if jail_config.pool.enabled:
-        assert stats is not None and stats.served > 0, "the warm run never used the pool"
 
 
 def request(code: str, tag: str) -> ExecRequest:
