@@ -401,28 +401,7 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
 static char g_request[1 << 18];
 
 static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
-    struct iovec iov = {.iov_base = g_request, .iov_len = sizeof g_request - 1};
-    union {
-        char buf[CMSG_SPACE(SPAWN_FDS * sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = sizeof ctl.buf};
-    ssize_t n;
-    do {
-        n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    *n_fds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        for (int i = 0; i < count; i++) {
-            int got;
-            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            if (*n_fds < SPAWN_FDS) fds[(*n_fds)++] = got;
-            else close(got);
-        }
-    }
+    ssize_t n = rbjail_recv_with_fds(fd, g_request, sizeof g_request - 1, fds, SPAWN_FDS, n_fds);
     if (n >= 0) g_request[n] = '\0';
     return n;
 }

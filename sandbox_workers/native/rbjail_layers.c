@@ -842,13 +842,11 @@ size_t rbjail_struct_size(const char *name) {
  * after rbjail_confine() reset everything, as a fresh interpreter has them. */
 static struct sigaction interpreter_signals[NSIG];
 
-/* One control message: 1 if it is a well-formed spawn request, 0 if malformed
- * (its fds closed), -1 once the worker has gone. */
-static int recv_spawn(int fd, int fds[SPAWN_FDS]) {
-    char buf[16];
-    struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+/* Shared by the launcher's spawner and the zygote: one message plus its fds. */
+ssize_t rbjail_recv_with_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *n_fds) {
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
     union {
-        char buf[CMSG_SPACE(SPAWN_FDS * sizeof(int))];
+        char buf[CMSG_SPACE(RBJAIL_MAX_RECV_FDS * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
@@ -857,17 +855,26 @@ static int recv_spawn(int fd, int fds[SPAWN_FDS]) {
     do {
         n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
-    int n_fds = 0;
+    *n_fds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         for (int i = 0; i < count; i++) {
             int got;
             memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            if (n_fds < SPAWN_FDS) fds[n_fds++] = got;
+            if (*n_fds < max_fds) fds[(*n_fds)++] = got;
             else close(got);
         }
     }
+    return n;
+}
+
+/* One control message: 1 if it is a well-formed spawn request, 0 if malformed
+ * (its fds closed), -1 once the worker has gone. */
+static int recv_spawn(int fd, int fds[SPAWN_FDS]) {
+    char buf[16];
+    int n_fds;
+    ssize_t n = rbjail_recv_with_fds(fd, buf, sizeof buf, fds, SPAWN_FDS, &n_fds);
     if (n <= 0 && n_fds == 0) return -1;
     if (n == 5 && memcmp(buf, "spawn", 5) == 0 && n_fds == SPAWN_FDS) return 1;
     for (int i = 0; i < n_fds; i++) close(fds[i]);

@@ -94,6 +94,10 @@ struct rbjail_outcome {
 };
 
 void rbjail_send_msg(int fd, const char *msg, int pass_fd);
+/* Receive one message of at most len bytes and up to max_fds (<= RBJAIL_MAX_RECV_FDS)
+ * passed fds; extra fds are closed, EINTR retried. Returns recvmsg's result. */
+#define RBJAIL_MAX_RECV_FDS 8
+ssize_t rbjail_recv_with_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *n_fds);
 /* "error STAGE: <rbjail_error()>" */
 void rbjail_send_error(int fd, const char *stage);
 /* 0 once "go" arrived; -1 if the caller went away or sent anything else. */
