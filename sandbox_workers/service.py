@@ -89,6 +89,7 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     produce_retry_backoff_s: float = 0.5
+    fetch_max_wait_ms: int = 20
     result_cache_bytes: int = 256 << 20  # 0 disables the result cache
     problem_store_bytes: int = 1 << 30
     # Anything besides the toolchain that shapes a reward (rewardbus and harness
@@ -151,6 +152,9 @@ class _Worker:
             session_timeout_ms=config.session_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             max_poll_records=config.in_flight_limit,
+            # Partitions are paused whenever the in-flight limit is reached; after a
+            # resume the next fetch must not sit in a 500 ms (default) broker long-poll.
+            fetch_max_wait_ms=config.fetch_max_wait_ms,
         )
         self.producer = AIOKafkaProducer(
             **kafka.client_kwargs(),
