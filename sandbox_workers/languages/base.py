@@ -17,7 +17,7 @@ import abc
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -196,6 +196,35 @@ def probe_version(
         if line.strip():
             return prefix + line.strip()
     return None
+
+
+def discover_binary(
+    language: str,
+    binary: str,
+    version_args: Sequence[str],
+    *,
+    version: Callable[[str], str],
+    key: str | None = None,
+    mounts: Callable[[Path], tuple[BindMount, ...]] | None = None,
+) -> Toolchain | None:
+    """The toolchain of a language that one host binary runs, or None when absent.
+
+    ``version`` turns the tool's first output line into the version recorded in
+    cache keys; ``mounts`` (default: the binary itself) is what the jail must show;
+    ``key`` names the binary in ``Toolchain.paths`` (default: ``binary``).
+    """
+    path = resolve_binary(binary)
+    if path is None:
+        return None
+    banner = probe_version([str(path), *version_args])
+    if banner is None:
+        return None
+    return Toolchain(
+        language=language,
+        version=version(banner),
+        paths={key or binary: str(path)},
+        mounts=mounts(path) if mounts is not None else read_only(path),
+    )
 
 
 def read_only(*paths: Path | str) -> tuple[BindMount, ...]:

@@ -8,9 +8,7 @@ from sandbox_workers.languages.base import (
     Language,
     Launch,
     Toolchain,
-    probe_version,
-    read_only,
-    resolve_binary,
+    discover_binary,
 )
 from schemas import Limits
 
@@ -76,18 +74,7 @@ class JavaScript(Language):
 
     def discover(self, state_dir: Path) -> Toolchain | None:
         del state_dir
-        node = resolve_binary("node")
-        if node is None:
-            return None
-        version = probe_version([str(node), "--version"], prefix="node-")
-        if version is None:
-            return None
-        return Toolchain(
-            language=self.name,
-            version=version,
-            paths={"node": str(node)},
-            mounts=read_only(node),
-        )
+        return discover_binary(self.name, "node", ["--version"], version=lambda v: f"node-{v}")
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         return Launch(

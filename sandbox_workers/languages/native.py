@@ -10,9 +10,8 @@ from sandbox_workers.languages.base import (
     Language,
     Launch,
     Toolchain,
-    probe_version,
+    discover_binary,
     read_only,
-    resolve_binary,
 )
 from schemas import Limits
 
@@ -43,17 +42,13 @@ class _Gcc(Language):
 
     def discover(self, state_dir: Path) -> Toolchain | None:
         del state_dir
-        driver = resolve_binary(self.driver)
-        if driver is None:
-            return None
-        version = probe_version([str(driver), "-dumpfullversion"], prefix="gcc-")
-        if version is None:
-            return None
-        return Toolchain(
-            language=self.name,
-            version=version,
-            paths={"cc": str(driver)},
-            mounts=read_only(driver, *gcc_mounts(driver)),
+        return discover_binary(
+            self.name,
+            self.driver,
+            ["-dumpfullversion"],
+            version=lambda v: f"gcc-{v}",
+            key="cc",
+            mounts=lambda driver: read_only(driver, *gcc_mounts(driver)),
         )
 
     def compile_step(self, toolchain: Toolchain, source_name: str) -> CompileStep:

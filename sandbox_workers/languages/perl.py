@@ -9,9 +9,8 @@ from sandbox_workers.languages.base import (
     Language,
     Launch,
     Toolchain,
-    probe_version,
+    discover_binary,
     read_only,
-    resolve_binary,
 )
 from schemas import Limits
 
@@ -28,23 +27,21 @@ class Perl(Language):
 
     def discover(self, state_dir: Path) -> Toolchain | None:
         del state_dir
-        perl = resolve_binary("perl")
-        if perl is None:
-            return None
-        banner = probe_version([str(perl), "-e", "print $^V"])
-        if banner is None:
-            return None
-        match = re.search(r"v?(\d+\.\d+\.\d+)", banner)
-        version = f"perl-{match.group(1)}" if match else banner
         # The interpreter's modules live under /usr/share/perl* and /usr/lib/*/perl*,
         # which the jail's read-only /usr already shows.
-        return Toolchain(
-            language=self.name,
-            version=version,
-            paths={"perl": str(perl)},
-            mounts=read_only(perl.parent),
+        return discover_binary(
+            self.name,
+            "perl",
+            ["-e", "print $^V"],
+            version=_perl_version,
+            mounts=lambda perl: read_only(perl.parent),
         )
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         del limits
         return Launch(argv=(toolchain.paths["perl"], entry))
+
+
+def _perl_version(banner: str) -> str:
+    match = re.search(r"v?(\d+\.\d+\.\d+)", banner)
+    return f"perl-{match.group(1)}" if match else banner

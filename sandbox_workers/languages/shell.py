@@ -9,9 +9,8 @@ from sandbox_workers.languages.base import (
     Language,
     Launch,
     Toolchain,
-    probe_version,
+    discover_binary,
     read_only,
-    resolve_binary,
 )
 from schemas import Limits
 
@@ -28,24 +27,22 @@ class Bash(Language):
 
     def discover(self, state_dir: Path) -> Toolchain | None:
         del state_dir
-        bash = resolve_binary("bash")
-        if bash is None:
-            return None
-        banner = probe_version([str(bash), "--version"])
-        if banner is None:
-            return None
-        # "GNU bash, version 5.2.15(1)-release (x86_64-pc-linux-gnu)"
-        match = re.search(r"version (\S+)", banner)
-        version = f"bash-{match.group(1)}" if match else banner
         # Scripts call coreutils, so the directory holding them is mounted too.
-        return Toolchain(
-            language=self.name,
-            version=version,
-            paths={"bash": str(bash)},
-            mounts=read_only(bash.parent),
+        return discover_binary(
+            self.name,
+            "bash",
+            ["--version"],
+            version=_bash_version,
+            mounts=lambda bash: read_only(bash.parent),
         )
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         del limits
         # No profile or rc file: the host's shell configuration must not leak in.
         return Launch(argv=(toolchain.paths["bash"], "--noprofile", "--norc", entry))
+
+
+def _bash_version(banner: str) -> str:
+    # "GNU bash, version 5.2.15(1)-release (x86_64-pc-linux-gnu)"
+    match = re.search(r"version (\S+)", banner)
+    return f"bash-{match.group(1)}" if match else banner

@@ -9,9 +9,7 @@ from sandbox_workers.languages.base import (
     Language,
     Launch,
     Toolchain,
-    probe_version,
-    read_only,
-    resolve_binary,
+    discover_binary,
     utf8,
 )
 from schemas import Limits
@@ -38,17 +36,8 @@ class Sql(Language):
 
     def discover(self, state_dir: Path) -> Toolchain | None:
         del state_dir
-        sqlite3 = resolve_binary("sqlite3")
-        if sqlite3 is None:
-            return None
-        version = probe_version([str(sqlite3), "--version"])
-        if version is None:
-            return None
-        return Toolchain(
-            language=self.name,
-            version=f"sqlite-{version.split()[0]}",
-            paths={"sqlite3": str(sqlite3)},
-            mounts=read_only(sqlite3),
+        return discover_binary(
+            self.name, "sqlite3", ["--version"], version=lambda v: f"sqlite-{v.split()[0]}"
         )
 
     def test_io(self, source: str, test_input: str) -> tuple[bytes, Mapping[str, bytes]]:
