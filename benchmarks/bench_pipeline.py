@@ -432,30 +432,57 @@ async def cache(bootstrap: str, plan: Plan) -> dict[str, Any]:
 
 
 def targets(result: dict[str, Any]) -> list[tuple[str, Target]]:
-    tput, triv = result["throughput"], result["trivial"]
-    return [
-        ("overhead_2_workers", Target(
-            "pipeline overhead, 2 workers vs executor alone at 2",
-            round(100 * (1 - tput["pipeline_over_executor_2"]), 1), 15, at_most=True, unit=" %")),
-        ("overhead_1_worker", Target(
-            "pipeline overhead, 1 worker vs executor alone at 1",
-            round(100 * (1 - tput["pipeline_over_executor_1"]), 1), 15, at_most=True, unit=" %")),
-        ("p99_trivial_half_saturation", Target(
+    """The issue's targets for the phases that ran."""
+    found: list[tuple[str, Target]] = []
+    if tput := result.get("throughput"):
+        found += [
+            ("overhead_2_workers", Target(
+                "pipeline overhead, 2 workers vs executor alone at 2",
+                round(100 * (1 - tput["pipeline_over_executor_2"]), 1), 15,
+                at_most=True, unit=" %")),
+            ("overhead_1_worker", Target(
+                "pipeline overhead, 1 worker vs executor alone at 1",
+                round(100 * (1 - tput["pipeline_over_executor_1"]), 1), 15,
+                at_most=True, unit=" %")),
+            ("scaling_2_over_1", Target(
+                "throughput 2 workers / 1 worker", tput["scaling_2_over_1_workers"], 1.7,
+                at_most=False, unit="x")),
+        ]  # fmt: skip
+    if triv := result.get("trivial"):
+        p99 = triv["produce_to_reward_ms"]["p99"]
+        found.append(("p99_trivial_half_saturation", Target(
             "p99 produce->reward, trivial programs at half saturation",
-            triv["produce_to_reward_ms"]["p99"], 50, at_most=True, strict=True, unit=" ms")),
-        ("scaling_2_over_1", Target(
-            "throughput 2 workers / 1 worker", tput["scaling_2_over_1_workers"], 1.7,
-            at_most=False, unit="x")),
-        ("cache_half_duplicates", Target(
-            "time-to-all-rewards, 50 % duplicates / all distinct", result["cache"]["ratio"], 0.6,
-            at_most=True, unit="x")),
-    ]  # fmt: skip
+            p99, 50, at_most=True, strict=True, unit=" ms")))  # fmt: skip
+    if cache_result := result.get("cache"):
+        found.append(("cache_half_duplicates", Target(
+            "time-to-all-rewards, 50 % duplicates / all distinct", cache_result["ratio"], 0.6,
+            at_most=True, unit="x")))  # fmt: skip
+    return found
 
 
 def print_report(result: dict[str, Any]) -> None:
-    tput = result["throughput"]
-    mean = tput["mean_completions_per_s"]
     print("rewardbus pipeline benchmark (HumanEval, 1 core per worker, result cache off)")
+    if "throughput" in result:
+        _print_throughput(result["throughput"])
+    if triv := result.get("trivial"):
+        lat = triv["produce_to_reward_ms"]
+        print(
+            f"  trivial: saturated {triv['saturated_per_s']}/s; at {triv['paced_per_s']}/s "
+            f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
+        )
+    if c := result.get("cache"):
+        print(
+            f"  cache: all distinct {c['all_distinct']['time_to_all_rewards_s']} s, "
+            f"50 % duplicates {c['half_duplicates']['time_to_all_rewards_s']} s "
+            f"({c['half_duplicates']['cache_hits']} hits) -> ratio {c['ratio']}"
+        )
+    print("targets:")
+    for _, target in targets(result):
+        print(target.line())
+
+
+def _print_throughput(tput: dict[str, Any]) -> None:
+    mean = tput["mean_completions_per_s"]
     for key in ("executor_1", "pipeline_1", "executor_2", "pipeline_2"):
         last = tput["runs"][key][-1]
         lat = ""
@@ -483,31 +510,21 @@ def print_report(result: dict[str, Any]) -> None:
         f"Kafka elsewhere; 2w/1w {model['scaling_2_over_1_this_machine']} on this machine"
         + ("" if model["broker_measured"] else " (external broker: its CPU not counted)")
     )
-    triv = result["trivial"]
-    lat = triv["produce_to_reward_ms"]
-    print(
-        f"  trivial: saturated {triv['saturated_per_s']}/s; at {triv['paced_per_s']}/s "
-        f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
-    )
-    c = result["cache"]
-    print(
-        f"  cache: all distinct {c['all_distinct']['time_to_all_rewards_s']} s, "
-        f"50 % duplicates {c['half_duplicates']['time_to_all_rewards_s']} s "
-        f"({c['half_duplicates']['cache_hits']} hits) -> ratio {c['ratio']}"
-    )
-    print("targets:")
-    for _, target in targets(result):
-        print(target.line())
 
 
 async def run(args: argparse.Namespace) -> None:
     plan = Plan.make(args.quick)
     load_before = os.getloadavg()
     started = time.monotonic()
+    phases = set(args.phases.split(","))
+    result: dict[str, Any] = {}
     async with cluster(args.bootstrap_servers) as where:
-        result: dict[str, Any] = {"throughput": await throughput(where, plan)}
-        result["trivial"] = await half_saturation(where, plan)
-        result["cache"] = await cache(where.bootstrap, plan)
+        if "throughput" in phases:
+            result["throughput"] = await throughput(where, plan)
+        if "trivial" in phases:
+            result["trivial"] = await half_saturation(where, plan)
+        if "cache" in phases:
+            result["cache"] = await cache(where.bootstrap, plan)
     print_report(result)
     result["targets"] = {key: t.as_json() for key, t in targets(result)}
     result["meta"] = {
@@ -526,6 +543,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples: a smoke run")
     parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
+    parser.add_argument(
+        "--phases",
+        default="throughput,trivial,cache",
+        help="comma-separated subset of throughput,trivial,cache (default: all)",
+    )
     # Internal: the executor-alone baseline runs in a pinned child process of its own.
     parser.add_argument("--executor-alone", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, help=argparse.SUPPRESS)

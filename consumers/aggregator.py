@@ -80,6 +80,8 @@ async def run_aggregator(
         session_timeout_ms=config.session_timeout_ms,
         heartbeat_interval_ms=config.heartbeat_interval_ms,
         max_poll_records=config.max_poll_records,
+        fetch_max_wait_ms=config.fetch_max_wait_ms,
+        fetch_min_bytes=config.fetch_min_bytes,
     )
     await producer.start()
     try:

@@ -142,6 +142,7 @@ class _Worker:
         self.tasks: dict[asyncio.Task[None], TopicPartition] = {}
         self.problems: ProblemStore | None = None
         self.cache: ClusterResultCache | None = None
+        self._last_commit = time.monotonic()
         self.consumer = AIOKafkaConsumer(
             **kafka.client_kwargs(),
             group_id=config.group_id,
@@ -223,7 +224,6 @@ class _Worker:
     # -- the loop --------------------------------------------------------------
 
     async def _fetch_loop(self, stop: asyncio.Future[None]) -> None:
-        last_commit = time.monotonic()
         while not stop.done():
             await self._wait_for_room(stop)
             if stop.done():
@@ -233,9 +233,13 @@ class _Worker:
             for tp, records in batches.items():
                 for record in records:
                     self._start(tp, record)
-            if time.monotonic() - last_commit >= self.config.commit_interval_s:
-                await self.commit()
-                last_commit = time.monotonic()
+            await self._commit_if_due()
+
+    async def _commit_if_due(self) -> None:
+        """Commit at most once per ``commit_interval_s``: an offset commit is a broker
+        write, and committing per finished record cost more broker CPU than the record."""
+        if time.monotonic() - self._last_commit >= self.config.commit_interval_s:
+            await self.commit()
 
     async def _wait_for_room(self, stop: asyncio.Future[None]) -> None:
         """Backpressure: with the in-flight limit reached, pause fetching until a slot frees."""
@@ -251,7 +255,7 @@ class _Worker:
                 waiters: list[asyncio.Future[Any]] = [freed, stop]
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
                 freed.cancel()
-                await self.commit()
+                await self._commit_if_due()
         finally:
             self.consumer.resume(*[tp for tp in assigned if tp in self.consumer.assignment()])
 
@@ -269,6 +273,7 @@ class _Worker:
             log.error("record handler failed", exc_info=task.exception())
 
     async def commit(self) -> None:
+        self._last_commit = time.monotonic()
         assigned = self.consumer.assignment()
         offsets = {tp: o for tp, o in self.tracker.committable().items() if tp in assigned}
         if not offsets:
