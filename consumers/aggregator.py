@@ -1,12 +1,13 @@
 """The learner-side stream aggregator service (aiokafka, compacted state topic).
 
-One iteration: poll manifests and rewards → decode (undecodable → DLQ) → feed the
-partition's :class:`BatchAssembler` → emit due batches to the scored topic and wait
-for the acks → persist the state changes and wait for the acks → commit the input
-offsets. So state is durable before offsets move, and a batch is marked emitted only
-after the broker has it: a crash anywhere redelivers input (deduplicated by
-sample_id) or re-emits a batch (deduplicated by the learner by batch_id), and never
-loses either.
+One iteration: poll manifests and rewards → decode (undecodable → DLQ, acked) →
+feed the partition's :class:`BatchAssembler` → emit due batches to the scored topic
+and wait for the acks. At most every ``flush_interval_s`` (and before partitions are
+revoked, and on shutdown) a flush persists the state changes, waits for the acks,
+then commits the input offsets. So state is durable before offsets move, and a
+batch is marked emitted only after the broker has it: a crash anywhere redelivers
+input (deduplicated by sample_id) or re-emits a batch (deduplicated by the learner
+by batch_id), and never loses either.
 
 Why not faust: see consumers/faust_repro/README.md.
 """
@@ -149,6 +150,9 @@ class _Aggregator:
         self._lock = asyncio.Lock()
         self._joined = asyncio.Event()
         self._metrics = _Metrics()
+        # Input offsets processed but not yet committed; committed by _flush only.
+        self._unflushed: dict[TopicPartition, int] = {}
+        self._last_flush = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -162,19 +166,26 @@ class _Aggregator:
                 )
                 async with self._lock:
                     await self._process(fetched)
+                    if time.monotonic() - self._last_flush >= self._config.flush_interval_s:
+                        await self._flush()
                 if ready is not None and self._joined.is_set():
                     ready.set()
+            # A clean stop flushes; a cancelled task (a crash) does not get here.
+            async with self._lock:
+                await self._flush()
         finally:
             if stop is not shutdown:  # our own wrapper, not the caller's future
                 stop.cancel()
         self._log_summary()
 
     async def revoked(self, revoked: set[TopicPartition]) -> None:
-        # Every iteration persists and commits before it lets go of the lock, so
-        # once we hold it nothing processed is uncommitted. State stays in memory:
-        # if the partition comes back unchanged, it needs no restore.
+        # Iterations run under the lock, so once we hold it none is half done; the
+        # flush makes everything processed durable and committed before the
+        # partitions move. State stays in memory: if the partition comes back
+        # unchanged, it needs no restore.
         async with self._lock:
             log.info("revoked %s", sorted(f"{tp.topic}:{tp.partition}" for tp in revoked))
+            await self._flush()
 
     async def assigned(self, assigned: set[TopicPartition]) -> None:
         async with self._lock:
@@ -218,7 +229,13 @@ class _Aggregator:
             offsets[tp] = records[-1].offset + 1
         await self._emit_due(now)
         await asyncio.gather(*letters)
+        self._unflushed.update(offsets)
+
+    async def _flush(self) -> None:
+        """Persist the state changes (acked), then commit the offsets they cover."""
+        self._last_flush = time.monotonic()
         await self._state.persist(self._drain_changes())
+        offsets, self._unflushed = self._unflushed, {}
         await self._commit(offsets)
 
     async def _handle(
