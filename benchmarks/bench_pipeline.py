@@ -415,18 +415,21 @@ def cache_batches(n: int) -> tuple[list[Completion], list[Completion]]:
 
 
 async def time_to_all_rewards(
-    bootstrap: str, phase: str, batch: list[Completion]
+    where: Cluster, phase: str, batch: list[Completion]
 ) -> dict[str, Any]:
     """Fresh topics and 2 fresh workers (cache on, empty): publish ``batch``, wait for all."""
-    kafka = await fresh_kafka(bootstrap, phase)
+    kafka = await fresh_kafka(where.bootstrap, phase)
     timeline = Timeline()
     async with (
-        workers(kafka, 2, cache_mb=None, tag=phase),
+        workers(kafka, 2, cache_mb=None, tag=phase) as pids,
         RewardWatcher(kafka, lazy=True) as watcher,
         RolloutProducer(kafka) as producer,
     ):
+        meter = CpuMeter(workers=tuple(pids), broker=where.broker_pid)
+        before = meter.snapshot()
         await publish_timed(producer, batch, timeline)
         await wait_all(watcher, timeline.sent_at, TIMEOUT_S)
+        cpu = CpuMeter.per_item_ms(before, meter.snapshot(), len(batch))
     span = timeline.span_s(watcher)
     hits = sum(1 for e in watcher.rewards.values() if e.cache_hit)
     say(f"cache phase {phase}: {len(batch)} completions in {span:.2f} s, {hits} cache hits")
@@ -434,20 +437,37 @@ async def time_to_all_rewards(
         "completions": len(batch),
         "distinct_programs": len({c.response for c in batch}),
         "time_to_all_rewards_s": round(span, 3),
+        "cpu_ms_per_completion": cpu,
         "cache_hits": hits,
         "produce_to_reward_ms": percentiles(list(timeline.reward_ms(watcher).values())),
     }
 
 
-async def cache(bootstrap: str, plan: Plan) -> dict[str, Any]:
+async def cache(where: Cluster, plan: Plan) -> dict[str, Any]:
+    """Both batches ``plan.repeats`` times each, in ABBA order; the ratio of mean times."""
     distinct, duplicated = cache_batches(plan.cache_n)
-    no_dup = await time_to_all_rewards(bootstrap, "cache-distinct", distinct)
-    dup = await time_to_all_rewards(bootstrap, "cache-dup", duplicated)
+    runs: dict[str, list[dict[str, Any]]] = {"all_distinct": [], "half_duplicates": []}
+    order = [("all_distinct", distinct), ("half_duplicates", duplicated)]
+    for index in range(plan.repeats):
+        for key, batch in order if index % 2 == 0 else list(reversed(order)):
+            # A fresh tag per run: no run may hit entries another run left behind.
+            tag = uuid.uuid4().hex[:8]
+            renamed = [_retagged(c, tag) for c in batch]
+            runs[key].append(await time_to_all_rewards(where, f"cache-{key}", renamed))
+    mean = {k: statistics.fmean(r["time_to_all_rewards_s"] for r in v) for k, v in runs.items()}
     return {
-        "all_distinct": no_dup,
-        "half_duplicates": dup,
-        "ratio": ratio(dup["time_to_all_rewards_s"], no_dup["time_to_all_rewards_s"]),
+        **{k: v[-1] for k, v in runs.items()},
+        "mean_time_to_all_rewards_s": {k: round(v, 3) for k, v in mean.items()},
+        "runs": runs,
+        "ratio": ratio(mean["half_duplicates"], mean["all_distinct"]),
     }
+
+
+def _retagged(completion: Completion, tag: str) -> Completion:
+    response = (completion.response or "").replace("```python\n", f"```python\n# {tag}\n", 1)
+    return msgspec.structs.replace(
+        completion, sample_id=f"{tag}-{completion.sample_id}", batch_id=tag, response=response
+    )
 
 
 # -- report ------------------------------------------------------------------------
@@ -494,10 +514,13 @@ def print_report(result: dict[str, Any]) -> None:
             f"(first second, not counted: p50 {warm['p50']} ms, p99 {warm['p99']} ms)"
         )
     if c := result.get("cache"):
+        mean = c["mean_time_to_all_rewards_s"]
+        hits = [r["cache_hits"] for r in c["runs"]["half_duplicates"]]
         print(
-            f"  cache: all distinct {c['all_distinct']['time_to_all_rewards_s']} s, "
-            f"50 % duplicates {c['half_duplicates']['time_to_all_rewards_s']} s "
-            f"({c['half_duplicates']['cache_hits']} hits) -> ratio {c['ratio']}"
+            f"  cache: all distinct {mean['all_distinct']} s, 50 % duplicates "
+            f"{mean['half_duplicates']} s (mean of {len(hits)} runs each, ABBA; "
+            f"hits {hits} of {c['half_duplicates']['distinct_programs']} possible) "
+            f"-> ratio {c['ratio']}"
         )
     print("targets:")
     for _, target in targets(result):
@@ -547,7 +570,7 @@ async def run(args: argparse.Namespace) -> None:
         if "trivial" in phases:
             result["trivial"] = await half_saturation(where, plan)
         if "cache" in phases:
-            result["cache"] = await cache(where.bootstrap, plan)
+            result["cache"] = await cache(where, plan)
     print_report(result)
     result["targets"] = {key: t.as_json() for key, t in targets(result)}
     result["meta"] = {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -38,6 +40,11 @@ class ProducerConfig:
     # Large enough for CodeContests-sized suites; the topic's max.message.bytes must
     # allow it too (``rewardbus topics`` sets 16 MiB on completions and problems).
     max_request_size: int = 16 << 20
+    # Identical completions (same language, problem and program text) seen within the
+    # last this-many distinct ones go to the partition of their first copy, so one
+    # worker judges them once (in-flight coalescing, then its local result cache)
+    # instead of two workers racing. 0 turns the affinity off.
+    affinity_entries: int = 65_536
 
 
 class RolloutProducer:
@@ -53,6 +60,7 @@ class RolloutProducer:
         self._producer: AIOKafkaProducer | None = None
         self._partitions: list[int] = []
         self._turn = 0
+        self._affinity: OrderedDict[bytes, int] = OrderedDict()
 
     async def start(self) -> None:
         """Connect to the cluster."""
@@ -69,18 +77,31 @@ class RolloutProducer:
         )
         await self._producer.start()
 
-    async def _next_partition(self, topic: str) -> int:
-        """Round-robin over the completions topic's partitions.
+    async def _next_partition(self, topic: str, completion: Completion) -> int:
+        """Round-robin over the completions topic's partitions, duplicates with their first copy.
 
         Completions keep ``sample_id`` as their key (it names the record in the DLQ
         and in tools), but hashing unique keys splits a batch unevenly: with two
         workers a 328-sample batch lands about 175/153, and the batch waits on the
-        busier worker. Round-robin gives each partition, so each worker, an equal share.
+        busier worker. Round-robin gives each partition, so each worker, an equal
+        share of the distinct programs; a repeat of a recent program follows its
+        first copy (``ProducerConfig.affinity_entries``). Placement is only a hint:
+        any worker judges any completion correctly.
         """
         if not self._partitions:
             self._partitions = sorted(await self._client.partitions_for(topic))
+        limit = self._config.affinity_entries
+        content = _content_key(completion) if limit > 0 else b""
+        if content in self._affinity:
+            self._affinity.move_to_end(content)
+            return self._affinity[content]
         self._turn += 1
-        return self._partitions[self._turn % len(self._partitions)]
+        partition = self._partitions[self._turn % len(self._partitions)]
+        if limit > 0:
+            self._affinity[content] = partition
+            if len(self._affinity) > limit:
+                self._affinity.popitem(last=False)
+        return partition
 
     async def stop(self) -> None:
         """Flush what is pending and disconnect."""
@@ -151,10 +172,27 @@ class RolloutProducer:
                 topic,
                 encode(completion),
                 key=completion.sample_id.encode(),
-                partition=await self._next_partition(topic),
+                partition=await self._next_partition(topic, completion),
                 headers=inject_context([CONTENT_TYPE]),
             )
             return future
+
+
+def _content_key(completion: Completion) -> bytes:
+    """What makes two completions the same judging work, as a short digest."""
+    digest = hashlib.blake2b(digest_size=16)
+    parts = (
+        completion.language,
+        completion.problem_id or "",
+        completion.tests_digest or "",
+        completion.code or "",
+        completion.response or "",
+        *completion.programs,
+    )
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.digest()
 
 
 def _attrs(topic: str) -> dict[str, str]:

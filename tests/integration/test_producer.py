@@ -3,37 +3,72 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from producers import RolloutProducer
+from producers import ProducerConfig, RolloutProducer
 from rewardbus.topics import ensure_topics
 from schemas import Completion, KafkaSettings, decode
 
 pytestmark = pytest.mark.integration
 
 
-async def test_completions_spread_evenly_over_partitions_keyed_by_sample_id(
-    kafka: KafkaSettings,
-) -> None:
-    await ensure_topics(kafka, partitions=4)
-    completions = [Completion(sample_id=f"s{i}", code="print(1)") for i in range(40)]
-    async with RolloutProducer(kafka) as producer:
-        await producer.publish_many(completions)
+async def _read_all(kafka: KafkaSettings, count: int) -> list[Any]:
     consumer = AIOKafkaConsumer(
         kafka.topics.completions, **kafka.client_kwargs(), auto_offset_reset="earliest"
     )
     await consumer.start()
-    records = []
+    records: list[Any] = []
     try:
-        while len(records) < 40:
+        while len(records) < count:
             batches = await consumer.getmany(timeout_ms=2000)
             assert batches, "completions did not arrive"
             records.extend(r for rs in batches.values() for r in rs)
     finally:
         await consumer.stop()
+    return records
+
+
+async def test_completions_spread_evenly_over_partitions_keyed_by_sample_id(
+    kafka: KafkaSettings,
+) -> None:
+    await ensure_topics(kafka, partitions=4)
+    completions = [Completion(sample_id=f"s{i}", code=f"print({i})") for i in range(40)]
+    async with RolloutProducer(kafka) as producer:
+        await producer.publish_many(completions)
+    records = await _read_all(kafka, 40)
     assert Counter(r.partition for r in records) == {0: 10, 1: 10, 2: 10, 3: 10}
     assert {r.key for r in records} == {c.sample_id.encode() for c in completions}
     assert all(dict(r.headers).get("traceparent") for r in records)
     assert {decode(r.value, Completion).sample_id for r in records} == {f"s{i}" for i in range(40)}
+
+
+async def test_duplicate_programs_follow_their_first_copy(kafka: KafkaSettings) -> None:
+    """8 distinct programs x 3 copies, interleaved: each program on one partition,
+    the distinct programs still spread 2 per partition."""
+    await ensure_topics(kafka, partitions=4)
+    completions = [
+        Completion(sample_id=f"s{copy}-{i}", problem_id="p", code=f"print({i})")
+        for copy in range(3)
+        for i in range(8)
+    ]
+    async with RolloutProducer(kafka) as producer:
+        await producer.publish_many(completions)
+    records = await _read_all(kafka, 24)
+    program_of = {c.sample_id: c.code for c in completions}
+    partitions_of: dict[str | None, set[int]] = {}
+    for record in records:
+        partitions_of.setdefault(program_of[record.key.decode()], set()).add(record.partition)
+    assert all(len(p) == 1 for p in partitions_of.values()), partitions_of
+    assert Counter(next(iter(p)) for p in partitions_of.values()) == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+async def test_affinity_off_is_plain_round_robin(kafka: KafkaSettings) -> None:
+    await ensure_topics(kafka, partitions=4)
+    same = [Completion(sample_id=f"s{i}", code="print(1)") for i in range(8)]
+    async with RolloutProducer(kafka, ProducerConfig(affinity_entries=0)) as producer:
+        await producer.publish_many(same)
+    records = await _read_all(kafka, 8)
+    assert Counter(r.partition for r in records) == {0: 2, 1: 2, 2: 2, 3: 2}
