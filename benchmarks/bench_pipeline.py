@@ -15,7 +15,8 @@ Three measurements, each on fresh topics (a new uuid prefix per phase):
    spaced sends at 50 % of it for 1 s of warm-up (reported apart) and ~10 s
    measured; p50/p99 produce→reward.
 3. The result cache: N completions of which each distinct program appears
-   twice, against N all-distinct ones (cache on); time-to-all-rewards ratio.
+   twice, against N all-distinct ones (cache on; fresh workers, warmed up on 16
+   trivial programs first); time-to-all-rewards ratio, two runs each in ABBA order.
 
 In phases 1 and 3 the reward watcher is lazy: it fetches at most every 100 ms
 and dates each reward by its record timestamp (the worker's produce time), so
@@ -425,13 +426,17 @@ async def time_to_all_rewards(
         RewardWatcher(kafka, lazy=True) as watcher,
         RolloutProducer(kafka) as producer,
     ):
+        # Untimed warm-up on programs of their own: connections, the producers'
+        # idempotence handshakes and first-use code paths in the fresh workers are
+        # a fixed cost that would otherwise weigh on both batches alike.
+        await saturated(producer, watcher, 16)
         meter = CpuMeter(workers=tuple(pids), broker=where.broker_pid)
         before = meter.snapshot()
         await publish_timed(producer, batch, timeline)
         await wait_all(watcher, timeline.sent_at, TIMEOUT_S)
         cpu = CpuMeter.per_item_ms(before, meter.snapshot(), len(batch))
     span = timeline.span_s(watcher)
-    hits = sum(1 for e in watcher.rewards.values() if e.cache_hit)
+    hits = sum(1 for c in batch if watcher.rewards[c.sample_id].cache_hit)
     say(f"cache phase {phase}: {len(batch)} completions in {span:.2f} s, {hits} cache hits")
     return {
         "completions": len(batch),
