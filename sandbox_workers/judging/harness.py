@@ -8,7 +8,9 @@ here, so a program cannot read the answers it is judged against.
 
 from __future__ import annotations
 
+import functools
 import json
+import marshal
 import secrets
 from dataclasses import dataclass
 from importlib import resources
@@ -23,8 +25,9 @@ __all__ = ["HarnessPlan", "harness_languages", "new_markers", "parse_records", "
 _MARKER_HEX_BYTES = 16
 
 _SCRIPTS: dict[str, tuple[str, str]] = {
-    # language -> (harness file name, program file name)
-    "python": ("harness.py", "solution.py"),
+    # language -> (harness file name, program file name). The Python harness goes in
+    # compiled (see _harness_source): Python runs a ".marshal" entry without compiling.
+    "python": ("harness.marshal", "solution.py"),
     "javascript": ("harness.js", "solution.js"),
 }
 
@@ -123,7 +126,16 @@ def strip_markers(stdout: bytes, markers: list[str]) -> bytes:
     return b"\n".join(kept)
 
 
+@functools.cache
 def _harness_source(language: str) -> bytes:
+    """The harness file, read (and for Python compiled) once per process.
+
+    Compiling the 370-line Python harness took ~1.7 ms of every execution's CPU,
+    a fifth of a warm HumanEval judgement; its marshalled code object loads in
+    ~0.03 ms. The sandbox runs this very interpreter (``languages.python``:
+    ``sys.base_prefix``), so the bytecode is the one it would compile itself.
+    """
     if language == "javascript":
         return JS_HARNESS.encode()
-    return resources.files(__package__).joinpath("pyharness.py").read_bytes()
+    source = resources.files(__package__).joinpath("pyharness.py").read_bytes()
+    return marshal.dumps(compile(source, "harness.py", "exec", dont_inherit=True))
