@@ -343,18 +343,9 @@ class _Worker:
         await self._emit_reward(event)
 
     async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
-        """resolve tests → cache lookup or bounded execution; failures become dead letters."""
+        """Judge (or answer from the cache); failures become dead letters."""
         try:
-            suite, digest = await self._resolve(completion)
-            key = self._fingerprint(completion, digest)
-
-            async def compute() -> RewardEvent:
-                async with self.executions:  # cache hits never hold an execution slot
-                    return await self.runner.run(completion, suite)
-
-            if key is None or self.cache is None:
-                return await compute()
-            event, hit = await self.cache.get_or_compute(key, completion, compute)
+            event, hit = await self._judge_or_hit(completion)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure becomes a dead letter, never a crash
@@ -368,10 +359,24 @@ class _Worker:
         trace.get_current_span().set_attribute("rewardbus.cache_hit", hit)
         return event
 
-    async def _resolve(self, completion: Completion) -> tuple[TestSuite, str]:
+    async def _judge_or_hit(self, completion: Completion) -> tuple[RewardEvent, bool]:
+        """resolve tests → cache lookup or bounded execution; (event, cache hit)."""
         if self.problems is None:
             raise RuntimeError("worker not started")
-        return await self.problems.resolve_with_digest(completion)
+        if self.cache is None:  # no fingerprint needed, nor the inline suite's digest
+            suite = await self.problems.resolve(completion)
+            return await self._run_bounded(completion, suite), False
+        suite, digest = await self.problems.resolve_with_digest(completion)
+        key = self._fingerprint(completion, digest)
+        if key is None:
+            return await self._run_bounded(completion, suite), False
+        return await self.cache.get_or_compute(
+            key, completion, lambda: self._run_bounded(completion, suite)
+        )
+
+    async def _run_bounded(self, completion: Completion, suite: TestSuite) -> RewardEvent:
+        async with self.executions:  # cache hits never hold an execution slot
+            return await self.runner.run(completion, suite)
 
     def _fingerprint(self, completion: Completion, suite_digest: str) -> str | None:
         """The content key of this judgement, or None when it cannot be cached."""
