@@ -387,6 +387,11 @@ class ClusterResultCache:
     may forget, the reward path must never wait on it). At start-up only the
     newest entries, as many as the local LRU could hold, are replayed.
 
+    ``producer``, when given, is a started producer the caller owns and stops
+    (the worker passes its reward producer: a put then usually travels in the
+    same produce request as the reward it belongs to, instead of one of its own).
+    Otherwise the cache runs its own, with ``linger_ms``.
+
     Puts linger up to ``linger_ms`` and the reader's fetches wait up to
     ``fetch_max_wait_ms`` to batch: answering every put with its own produce and
     one fetch per worker cost the broker more CPU than the reward path itself
@@ -404,6 +409,7 @@ class ClusterResultCache:
         max_pending_puts: int = 1024,
         linger_ms: int = 5,
         fetch_max_wait_ms: int = 25,
+        producer: AIOKafkaProducer | None = None,
         drain_timeout_s: float = 5.0,
         metadata_timeout_s: float = 30.0,
     ) -> None:
@@ -425,6 +431,7 @@ class ClusterResultCache:
             fetch_min_bytes=1 << 20,
         )
         self._outbound: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(max_pending_puts)
+        self._shared_producer = producer
         self._producer: AIOKafkaProducer | None = None
         self._writer: asyncio.Task[None] | None = None
         self._in_flight: dict[str, asyncio.Future[CachedResult | None]] = {}
@@ -433,17 +440,19 @@ class ClusterResultCache:
 
     async def start(self) -> None:
         """Connect, start replaying the topic and start the background writer."""
-        producer = AIOKafkaProducer(
+        producer = self._shared_producer or AIOKafkaProducer(
             **self._kafka.client_kwargs(),
             acks=1,
             linger_ms=self._linger_ms,
             compression_type="lz4",
         )
-        await producer.start()
+        if self._shared_producer is None:
+            await producer.start()
         try:
             await self._reader.start()
         except BaseException:
-            await producer.stop()
+            if self._shared_producer is None:
+                await producer.stop()
             raise
         self._producer = producer
         self._writer = asyncio.create_task(self._write(producer), name="result-cache writer")
@@ -461,7 +470,7 @@ class ClusterResultCache:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
         producer, self._producer = self._producer, None
-        if producer is not None:
+        if producer is not None and self._shared_producer is None:
             await producer.stop()  # flushes what the writer handed over
 
     async def __aenter__(self) -> ClusterResultCache:

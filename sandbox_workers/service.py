@@ -169,35 +169,36 @@ class _Worker:
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            self.problems = await stack.enter_async_context(
-                ProblemStore(self.kafka, max_bytes=self.config.problem_store_bytes)
-            )
-            if self.config.result_cache_bytes > 0:
-                self.cache = await stack.enter_async_context(
-                    ClusterResultCache(
-                        self.kafka,
-                        LocalResultCache(self.config.result_cache_bytes),
-                        worker_id=self.config.worker_id,
-                    )
-                )
-            await self._consume(shutdown, ready)
-
-    async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.producer.start()
         try:
-            await self.consumer.start()
-            self.consumer.subscribe([self.kafka.topics.completions], listener=_Rebalance(self))
-            if ready is not None:
-                ready.set()
-            stop = asyncio.ensure_future(shutdown)
-            try:
-                await self._fetch_loop(stop)
-            finally:
-                stop.cancel()
-                await asyncio.shield(self._leave())
+            async with contextlib.AsyncExitStack() as stack:
+                self.problems = await stack.enter_async_context(
+                    ProblemStore(self.kafka, max_bytes=self.config.problem_store_bytes)
+                )
+                if self.config.result_cache_bytes > 0:
+                    self.cache = await stack.enter_async_context(
+                        ClusterResultCache(
+                            self.kafka,
+                            LocalResultCache(self.config.result_cache_bytes),
+                            worker_id=self.config.worker_id,
+                            producer=self.producer,  # puts ride with the rewards
+                        )
+                    )
+                await self._consume(shutdown, ready)
         finally:
             await self.producer.stop()
+
+    async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
+        await self.consumer.start()
+        self.consumer.subscribe([self.kafka.topics.completions], listener=_Rebalance(self))
+        if ready is not None:
+            ready.set()
+        stop = asyncio.ensure_future(shutdown)
+        try:
+            await self._fetch_loop(stop)
+        finally:
+            stop.cancel()
+            await asyncio.shield(self._leave())
 
     async def _leave(self) -> None:
         """Stop fetching, drain in-flight work within the deadline, commit, leave."""
