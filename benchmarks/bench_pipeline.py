@@ -104,7 +104,7 @@ class Plan:
     def make(quick: bool) -> Plan:
         if quick:
             return Plan(20, 1, 80, 3.0, 40)
-        return Plan(None, 2, 300, 10.0, 164)
+        return Plan(None, 2, 300, 10.0, 328)
 
 
 # -- 1. throughput: the executor alone ------------------------------------------
@@ -402,8 +402,8 @@ def cache_batches(n: int) -> tuple[list[Completion], list[Completion]]:
 
     The duplicated set is every other program of the distinct set (drawn from
     the same seeded shuffle), so both cost the same per program; its copies
-    sit at random positions, as duplicates of a GRPO group land on random
-    partitions.
+    sit at random positions in the batch. The full run uses all 328 HumanEval
+    completions (canonical and broken), so fixed costs weigh little.
     """
     pool = humaneval_samples()
     random.Random(7).shuffle(pool)
