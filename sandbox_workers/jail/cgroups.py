@@ -158,6 +158,7 @@ class CgroupSlot(ABC):
     """One cgroup (per controller on v1) that executions run in, one at a time."""
 
     reusable: bool = True
+    _files: _OpenFiles
 
     @property
     @abstractmethod
@@ -179,6 +180,14 @@ class CgroupSlot(ABC):
     @abstractmethod
     def pids(self) -> set[int]:
         """Processes in the slot."""
+
+    def first_pids(self) -> frozenset[int]:
+        """Processes in the slot as the first ``cgroup.procs`` lists them.
+
+        Every hierarchy holds the same processes, so one file says it all; this
+        is the cheap check run after every execution.
+        """
+        return frozenset(_pids_in(self.procs_files[0], self._files))
 
     def is_empty(self, ignore: frozenset[int] = frozenset()) -> bool:
         """No process is left in the slot but those in ``ignore``."""

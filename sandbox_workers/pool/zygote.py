@@ -194,14 +194,6 @@ def _pid_of(pidfd: int) -> int:
     return -1
 
 
-def _pids_in(procs: Path) -> frozenset[int]:
-    try:
-        with open(procs, encoding="ascii") as handle:
-            return frozenset(int(pid) for pid in handle.read().split())
-    except (OSError, ValueError):
-        return frozenset()
-
-
 def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
@@ -361,8 +353,7 @@ class Zygote(Spawner):
             return False
         if self.cgroup is None:
             return True
-        # Every hierarchy holds the same processes: one cgroup.procs says it all.
-        return self.cgroup.reusable and _pids_in(self.cgroup.procs_files[0]) == self.resident
+        return self.cgroup.reusable and self.cgroup.first_pids() == self.resident
 
     def load(self, spec: ExecutionSpec) -> None:
         """The execution the next :meth:`spawn` starts."""
