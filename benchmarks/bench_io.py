@@ -60,7 +60,7 @@ from _common import (
     workers,
 )
 
-from producers import RolloutProducer
+from producers import ProducerConfig, RolloutProducer
 from rewardbus.local import RewardWatcher
 from schemas import (
     Completion,
@@ -74,7 +74,8 @@ from schemas import (
 
 TIMEOUT_S = 300.0
 RAISED_LIMIT = 16 << 20  # bytes: producer max_request_size and topic max.message.bytes
-KAFKA_DEFAULT_LIMIT = 1 << 20
+KAFKA_DEFAULT_LIMIT = 1 << 20  # aiokafka's max_request_size default
+TOPIC_DEFAULT_LIMIT = 1_048_588  # Kafka's max.message.bytes default
 
 CPP = """\
 #include <algorithm>
@@ -184,10 +185,13 @@ def wire_bytes(payloads: Sequence[bytes]) -> dict[str, int]:
 # -- finding: Kafka's default message size limit ---------------------------------------
 
 
-async def try_publish(kafka: KafkaSettings, what: Completion | ProblemRecord) -> str:
+async def try_publish(
+    kafka: KafkaSettings, what: Completion | ProblemRecord, max_request_size: int
+) -> str:
     """Publish one message; "ok" or the error, briefly."""
+    config = ProducerConfig(max_request_size=max_request_size)
     try:
-        async with RolloutProducer(kafka) as producer:
+        async with RolloutProducer(kafka, config) as producer:
             async with asyncio.timeout(60):
                 if isinstance(what, ProblemRecord):
                     await producer.publish_problem(what)
@@ -198,13 +202,14 @@ async def try_publish(kafka: KafkaSettings, what: Completion | ProblemRecord) ->
     return "ok"
 
 
-async def raise_topic_limit(kafka: KafkaSettings) -> None:
+async def set_topic_limit(kafka: KafkaSettings, max_message_bytes: int) -> None:
     """max.message.bytes on the completions and problems topics (the broker's own limit).
 
-    AlterConfigs replaces a topic's whole config, so the problems topic's
-    compaction (set by ensure_topics) is restated here.
+    ``ensure_topics`` creates both with 16 MiB; this puts Kafka's default back
+    (or raises it again). AlterConfigs replaces a topic's whole config, so the
+    problems topic's compaction is restated here.
     """
-    limit = {"max.message.bytes": str(RAISED_LIMIT)}
+    limit = {"max.message.bytes": str(max_message_bytes)}
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()
     try:
@@ -222,31 +227,20 @@ async def raise_topic_limit(kafka: KafkaSettings) -> None:
         await admin.close()
 
 
-def big_producer(kafka: KafkaSettings) -> KafkaSettings:
-    """Settings for producers only: aiokafka's own max_request_size check raised too."""
-    options = {**kafka.client_options, "max_request_size": RAISED_LIMIT}
-    return KafkaSettings(
-        bootstrap_servers=kafka.bootstrap_servers,
-        topics=kafka.topics,
-        client_id=kafka.client_id,
-        security_protocol=kafka.security_protocol,
-        client_options=options,
-    )
-
-
 async def size_limits(where: Cluster, suite: IoSuite) -> dict[str, str]:
     """What happens to a suite this big under default limits, and with each raised."""
     kafka = await fresh_kafka(where.bootstrap, "io-limits")
     digest = suite_digest(suite)
     inline = completions(Plan(1, 1), "limits", inline=suite, problem=None, digest=None)[0]
     problem = ProblemRecord(problem_id="sum-sort", digest=digest, tests=suite)
+    await set_topic_limit(kafka, TOPIC_DEFAULT_LIMIT)
     found = {
-        "inline_default_limits": await try_publish(kafka, inline),
-        "problem_default_limits": await try_publish(kafka, problem),
-        "inline_producer_raised_topic_default": await try_publish(big_producer(kafka), inline),
+        "inline_default_limits": await try_publish(kafka, inline, KAFKA_DEFAULT_LIMIT),
+        "problem_default_limits": await try_publish(kafka, problem, KAFKA_DEFAULT_LIMIT),
+        "inline_producer_raised_topic_default": await try_publish(kafka, inline, RAISED_LIMIT),
     }
-    await raise_topic_limit(kafka)
-    found["inline_producer_and_topic_raised"] = await try_publish(big_producer(kafka), inline)
+    await set_topic_limit(kafka, RAISED_LIMIT)
+    found["inline_producer_and_topic_raised"] = await try_publish(kafka, inline, RAISED_LIMIT)
     for key, value in found.items():
         say(f"  {key}: {value}")
     return found
@@ -273,7 +267,6 @@ async def variant(where: Cluster, plan: Plan, suite: IoSuite, *, shared: bool) -
     """One variant on fresh topics with fresh workers (2, cache off)."""
     name = "problems" if shared else "inline"
     kafka = await fresh_kafka(where.bootstrap, f"io-{name}")
-    await raise_topic_limit(kafka)
     tag = uuid.uuid4().hex[:8]
     digest = suite_digest(suite)
     record = ProblemRecord(problem_id=f"sum-sort-{tag}", digest=digest, tests=suite)
@@ -289,7 +282,7 @@ async def variant(where: Cluster, plan: Plan, suite: IoSuite, *, shared: bool) -
     async with (
         workers(kafka, 2, cache_mb=0, tag=f"io-{name}") as pids,
         RewardWatcher(kafka) as watcher,
-        RolloutProducer(big_producer(kafka)) as producer,
+        RolloutProducer(kafka) as producer,  # ProducerConfig: 16 MiB requests by default
     ):
         await warm_up(producer, watcher)
         meter = CpuMeter(workers=tuple(pids), broker=where.broker_pid)
