@@ -1,0 +1,75 @@
+"""The benchmarks still run: each one's --quick smoke run, end to end, as a user starts it.
+
+Only what a smoke run can say is checked: the last line is the JSON report and
+every program was judged right. Speed targets are the full runs' business
+(benchmarks/README.md), never a test's: this machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def quick_run(name: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.mark.timeout(180)
+def test_bench_sandbox_quick() -> None:
+    report = quick_run("bench_sandbox.py")
+    levels = report["levels"]
+    assert set(levels) == {"1", "2"}
+    for measures in levels.values():
+        assert "rewardbus sandbox, warm" in measures
+        assert all(m["failures"] == 0 for m in measures.values()), measures
+
+
+@pytest.mark.timeout(180)
+def test_bench_pipeline_quick() -> None:
+    report = quick_run("bench_pipeline.py")
+    for runs in report["throughput"]["runs"].values():
+        for run in runs:
+            if "judged_correctly" in run:
+                assert run["judged_correctly"] == run["completions"], run
+    assert set(report["trivial"]["verdicts"]) == {"accepted"}
+    cache = report["cache"]
+    for run in cache["runs"]["half_duplicates"]:
+        assert run["cache_hits"] == run["distinct_programs"], run
+    assert set(report["targets"]) == {
+        "overhead_2_workers",
+        "overhead_1_worker",
+        "scaling_2_over_1",
+        "p99_trivial_half_saturation",
+        "cache_half_duplicates",
+    }
+
+
+@pytest.mark.timeout(180)
+def test_bench_io_quick() -> None:
+    report = quick_run("bench_io.py")
+    limits = report["size_limits"]
+    assert limits["inline_producer_and_topic_raised"] == "ok"
+    assert limits["inline_default_limits"].startswith("FAILS: MessageSizeTooLargeError")
+    for variant in ("inline", "problems"):
+        for run in report["runs"][variant]:
+            # keys are "<language>:<verdict>"; every solution is correct
+            assert all(key.endswith(":accepted") for key in run["verdicts"]), run["verdicts"]
