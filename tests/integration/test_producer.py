@@ -72,3 +72,15 @@ async def test_affinity_off_is_plain_round_robin(kafka: KafkaSettings) -> None:
         await producer.publish_many(same)
     records = await _read_all(kafka, 8)
     assert Counter(r.partition for r in records) == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+async def test_affinity_forgets_the_least_recent_program_first(kafka: KafkaSettings) -> None:
+    """With room for 2 programs, A B C A: the second A no longer follows the first."""
+    await ensure_topics(kafka, partitions=4)
+    programs = ["print('a')", "print('b')", "print('c')", "print('a')"]
+    sent = [Completion(sample_id=f"s{i}", code=code) for i, code in enumerate(programs)]
+    async with RolloutProducer(kafka, ProducerConfig(affinity_entries=2)) as producer:
+        for completion in sent:  # one at a time: the order is what is tested
+            await producer.publish(completion)
+    partition_of = {r.key.decode(): r.partition for r in await _read_all(kafka, 4)}
+    assert len({partition_of[f"s{i}"] for i in range(4)}) == 4  # all round-robin
