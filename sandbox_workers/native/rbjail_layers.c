@@ -1147,6 +1147,11 @@ int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
                           CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
         /* Back here only once pid 1 has exited: the execution is over. */
         int saved = errno;
+        /* Pid 1's stack is zygote memory every later program inherits: what an
+         * execution's pid 1 left there (its request head, its result line) must
+         * be gone before the next one starts. MADV_DONTNEED hands the pages back;
+         * the next use maps zeroed ones. */
+        if (madvise(pid1_stack, PID1_STACK_BYTES, MADV_DONTNEED) < 0) _exit(RBJAIL_FAULT);
         /* Stuck in an execution's namespaces, this zygote must not serve again. */
         if (rbjail_setns_all(z->ns_fds, z->n_ns_fds) < 0) _exit(RBJAIL_FAULT);
         close_fds(fds, SPAWN_FDS);

@@ -6,10 +6,14 @@ jail. A *zygote* pays it once: a Python interpreter started in its own jail
 with the options and environment of the executions it serves, with the
 standard modules judged programs use already imported and its heap frozen
 (``gc.freeze``). It then hands over to a C serving loop in ``librbjail.so``
-(``rbjail_zygote_serve``); per execution that loop forks:
+(``rbjail_zygote_serve``); per execution that loop starts:
 
 - the execution's **pid 1**, in new mount, ipc and pid namespaces (a new net
-  namespace too when needed, see below), all in C: it mounts a fresh
+  namespace too when needed, see below), all in C. It is cloned with
+  ``CLONE_VM | CLONE_VFORK`` (the zygote waits, suspended, until it exits), so it
+  costs no copy of the interpreter's page tables; its stack pages are handed
+  back (``MADV_DONTNEED``) after every execution, so nothing it held reaches a
+  later program. It tells the worker "spawned", mounts a fresh
   size-capped tmpfs ``/work``, ``/tmp``, ``/dev/shm`` and its own ``/proc``,
   forks the program, and runs the launcher's own init code ("ready" + fd of
   /work, "go", wall-time supervision, kill and reap everything, "result");
@@ -32,8 +36,11 @@ cgroup accounting and result parsing are one implementation.
 Nothing an execution does is visible to the next: its files live on tmpfs
 mounts that die with its mount namespace, its processes die with its pid
 namespace, its SysV/POSIX IPC with its ipc namespace; the zygote never reads a
-request (pid 1 does), so no execution's data sits in the memory later children
-inherit. Executions of a zygote share its loopback-only network namespace only
+request (pid 1 and the program do), so no execution's data sits in the memory
+later children inherit. Pid 1 does run in the zygote's memory, but what it holds
+(the request's head of limits, its result line) lives on its own stack, which
+is emptied after every execution (``test_pid_1_leaves_nothing_in_the_zygotes_memory``).
+Executions of a zygote share its loopback-only network namespace only
 while they leave no trace there: before each fork the zygote compares the
 namespace's SNMP counters with their pristine value and, if the previous
 execution sent any packet (it may have left TIME_WAIT sockets that would make a

@@ -283,6 +283,16 @@ async def test_one_execution_leaves_nothing_in_the_next_ones_memory(
     assert secret.encode() not in _writable_memory(zygote)
 
 
+@pytest.mark.sandbox
+async def test_pid_1_leaves_nothing_in_the_zygotes_memory(fresh_pool: JailSandbox) -> None:
+    """Pid 1 runs in the zygote's memory (CLONE_VM): its stack, which held the
+    execution's result line, is emptied before a later program could inherit it."""
+    result = await fresh_pool.execute(py("import sys; sys.exit(77)"))
+    assert result.exit_code == 77
+    [zygote] = _zygote_pids(fresh_pool)
+    assert b"result exit=77 signal=0" not in _writable_memory(zygote)
+
+
 def _writable_memory(pid: int) -> bytes:
     chunks = []
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
