@@ -450,15 +450,14 @@ async def time_to_all_rewards(
 
 async def cache(where: Cluster, plan: Plan) -> dict[str, Any]:
     """Both batches ``plan.repeats`` times each, in ABBA order; the ratio of mean times."""
-    distinct, duplicated = cache_batches(plan.cache_n)
     runs: dict[str, list[dict[str, Any]]] = {"all_distinct": [], "half_duplicates": []}
-    order = [("all_distinct", distinct), ("half_duplicates", duplicated)]
+    order = ["all_distinct", "half_duplicates"]
     for index in range(plan.repeats):
-        for key, batch in order if index % 2 == 0 else list(reversed(order)):
-            # A fresh tag per run: no run may hit entries another run left behind.
-            tag = uuid.uuid4().hex[:8]
-            renamed = [_retagged(c, tag) for c in batch]
-            runs[key].append(await time_to_all_rewards(where, f"cache-{key}", renamed))
+        for key in order if index % 2 == 0 else list(reversed(order)):
+            # Fresh batches (new tags) per run: no run may hit entries another left.
+            distinct, duplicated = cache_batches(plan.cache_n)
+            batch = distinct if key == "all_distinct" else duplicated
+            runs[key].append(await time_to_all_rewards(where, f"cache-{key}", batch))
     mean = {k: statistics.fmean(r["time_to_all_rewards_s"] for r in v) for k, v in runs.items()}
     return {
         **{k: v[-1] for k, v in runs.items()},
@@ -466,13 +465,6 @@ async def cache(where: Cluster, plan: Plan) -> dict[str, Any]:
         "runs": runs,
         "ratio": ratio(mean["half_duplicates"], mean["all_distinct"]),
     }
-
-
-def _retagged(completion: Completion, tag: str) -> Completion:
-    response = (completion.response or "").replace("```python\n", f"```python\n# {tag}\n", 1)
-    return msgspec.structs.replace(
-        completion, sample_id=f"{tag}-{completion.sample_id}", batch_id=tag, response=response
-    )
 
 
 # -- report ------------------------------------------------------------------------
