@@ -72,11 +72,11 @@ class _OpenFiles:
             self._fds[(path, flags)] = fd
         return fd
 
-    def read(self, path: Path) -> str:
-        return os.pread(self._fd(path, os.O_RDONLY), 4096, 0).decode("ascii")
+    def read(self, path: Path, flags: int = os.O_RDONLY) -> str:
+        return os.pread(self._fd(path, flags), 4096, 0).decode("ascii")
 
-    def write(self, path: Path, value: str) -> None:
-        os.pwrite(self._fd(path, os.O_WRONLY), value.encode(), 0)
+    def write(self, path: Path, value: str, flags: int = os.O_WRONLY) -> None:
+        os.pwrite(self._fd(path, flags), value.encode(), 0)
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -347,7 +347,6 @@ class V2Slot(CgroupSlot):
         self._oom_before = 0
         self._cpu_before = 0
         self._baseline = 0
-        self._peak_fd: int | None = None
         self._files = _OpenFiles()
 
     @property
@@ -373,15 +372,10 @@ class V2Slot(CgroupSlot):
 
     def _reset_peak(self) -> None:
         # Since Linux 6.12 a write to memory.peak resets the peak seen through
-        # that same open file. Without it the slot measures one execution only.
-        if self._peak_fd is None:
-            try:
-                self._peak_fd = os.open(self.path / "memory.peak", os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                self.reusable = False
-                return
+        # that same open file (so reads go through it too, with the same flags).
+        # Without it the slot measures one execution only.
         try:
-            os.write(self._peak_fd, b"reset\n")
+            self._files.write(self.path / "memory.peak", "reset\n", os.O_RDWR)
         except OSError:
             self.reusable = False
 
@@ -398,12 +392,10 @@ class V2Slot(CgroupSlot):
     def _peak(self) -> int | None:
         if "memory" not in self._controllers:
             return None
-        if self._peak_fd is not None:
-            try:
-                return int(os.pread(self._peak_fd, 64, 0).split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-        return _read_int(self.path / "memory.peak")
+        try:
+            return int(self._files.read(self.path / "memory.peak", os.O_RDWR).split()[0])
+        except (OSError, ValueError, IndexError):
+            return _read_int(self.path / "memory.peak")
 
     def stats(self) -> CgroupStats:
         usage = _read_keyed(self.path / "cpu.stat", self._files).get("usage_usec")
@@ -433,9 +425,6 @@ class V2Slot(CgroupSlot):
             _kill_listed(self.procs_files)
 
     def remove(self) -> bool:
-        if self._peak_fd is not None:
-            os.close(self._peak_fd)
-            self._peak_fd = None
         self._files.close()
         return _remove_dir(self.path)
 
