@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars
+.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -20,6 +20,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	$(BIN)/python -m sandbox_workers.jail build
+	touch $@
+
+# verl 0.9.1 (with torch, ray, tensordict; ~6 GB) is an extra outside the core install:
+# the demo does not need it; the tests (verl's loader and reward loop drive rewardbus)
+# and the train demo do. pip's download cache (~/.cache/pip) makes a reinstall quick.
+setup-verl: $(VENV)/.installed-verl
+
+$(VENV)/.installed-verl: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test,verl]'
 	touch $@
 
 kafka-jars: $(KAFKA_LIB)/.complete
@@ -39,8 +48,11 @@ demo: setup
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup
+test: setup setup-verl
 	$(BIN)/python -m pytest -p no:cacheprovider tests
+
+train-demo: setup setup-verl
+	$(BIN)/rewardbus train-demo
 
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit
