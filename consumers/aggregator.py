@@ -328,6 +328,7 @@ class _Aggregator:
                 "rewardbus.batch_id": batch.batch_id,
                 "rewardbus.batch.size": len(batch.samples),
                 "rewardbus.batch.missing": len(batch.missing),
+                "rewardbus.batch.masked": len(batch.masked),
                 "rewardbus.batch.complete": batch.complete,
             },
         ):
@@ -340,10 +341,11 @@ class _Aggregator:
             )
         self._metrics.batches.add(1, {"complete": batch.complete})
         log.info(
-            "emitted batch %s: %d samples, %d missing, %d duplicates ignored",
+            "emitted batch %s: %d samples, %d missing, %d masked, %d duplicates ignored",
             batch.batch_id,
             len(batch.samples),
             len(batch.missing),
+            len(batch.masked),
             batch.duplicates_ignored,
         )
 

@@ -31,6 +31,7 @@ from schemas import (
     SampleRecord,
     ScoredBatch,
     ScoredSample,
+    Verdict,
     state_key,
 )
 
@@ -111,6 +112,10 @@ class AssemblerCounters:
     late_manifests: int = 0
     batches_emitted: int = 0
     incomplete_batches: int = 0
+    # Samples emitted masked (no training signal): no reward by the deadline, or an
+    # infrastructure fault reported as such.
+    missing_samples: int = 0
+    sandbox_error_samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -360,6 +365,7 @@ class BatchAssembler:
             passed=reward.passed,
             total=reward.total,
             cache_hit=reward.cache_hit,
+            policy_version=reward.policy_version,
             traceparent=traceparent,
         )
         batch.samples[reward.sample_id] = sample
@@ -415,6 +421,8 @@ class BatchAssembler:
         self.counters.batches_emitted += 1
         if not scored.complete:
             self.counters.incomplete_batches += 1
+        self.counters.missing_samples += len(scored.missing)
+        self.counters.sandbox_error_samples += len(scored.masked) - len(scored.missing)
         return ReadyBatch(scored, links)
 
     def _remember_emitted(self, batch_id: str, now: float) -> None:
@@ -489,22 +497,24 @@ def build_scored_batch(
     normalize_by_std: bool = True,
     epsilon: float = 1e-6,
 ) -> ScoredBatch:
-    """Score a batch: samples in manifest order, missing ones listed, GRPO advantages.
+    """Score a batch: samples in manifest order, masked ones listed, GRPO advantages.
 
     A sample's group is the manifest's ``group_ids[i]`` when given, else the group
     its reward names, else its position (``i // group_size``: consecutive samples
-    of one prompt, verl's rollout layout). Group statistics and advantages use
-    present samples only; a missing sample has ``present=False`` and no score.
+    of one prompt, verl's rollout layout). A sample is *masked* when its reward is
+    missing (``present=False``, no score) or is an infrastructure fault (verdict
+    ``sandbox_error``): an infrastructure failure is not a reward, so masked samples
+    are left out of the group statistics and get advantage 0.
     """
     groups = [_group_of(manifest, i, samples.get(sid)) for i, sid in enumerate(manifest.sample_ids)]
-    present = [i for i, sid in enumerate(manifest.sample_ids) if sid in samples]
+    scored_at = [i for i, sid in enumerate(manifest.sample_ids) if not _is_masked(samples.get(sid))]
     advantages, stats = grpo_advantages(
-        [samples[manifest.sample_ids[i]].score for i in present],
-        [groups[i] for i in present],
+        [samples[manifest.sample_ids[i]].score for i in scored_at],
+        [groups[i] for i in scored_at],
         normalize_by_std=normalize_by_std,
         epsilon=epsilon,
     )
-    advantage_at = dict(zip(present, advantages, strict=True))
+    advantage_at = dict(zip(scored_at, advantages, strict=True))
     scored = [
         _scored_sample(sid, groups[i], samples.get(sid), advantage_at.get(i, 0.0))
         for i, sid in enumerate(manifest.sample_ids)
@@ -518,8 +528,15 @@ def build_scored_batch(
         complete=not missing,
         policy_version=manifest.policy_version,
         duplicates_ignored=duplicates,
+        masked=[sample.sample_id for sample in scored if sample.masked],
+        advantage_norm_by_std=normalize_by_std,
+        advantage_epsilon=epsilon,
         created_at=now,
     )
+
+
+def _is_masked(sample: SampleRecord | None) -> bool:
+    return sample is None or sample.verdict == Verdict.SANDBOX_ERROR
 
 
 def _group_of(manifest: BatchManifest, index: int, sample: SampleRecord | None) -> str:
@@ -534,7 +551,7 @@ def _scored_sample(
     sample_id: str, group_id: str, sample: SampleRecord | None, advantage: float
 ) -> ScoredSample:
     if sample is None:
-        return ScoredSample(sample_id=sample_id, group_id=group_id, present=False)
+        return ScoredSample(sample_id=sample_id, group_id=group_id, present=False, masked=True)
     return ScoredSample(
         sample_id=sample_id,
         group_id=group_id,
@@ -544,6 +561,8 @@ def _scored_sample(
         passed=sample.passed,
         total=sample.total,
         cache_hit=sample.cache_hit,
+        masked=_is_masked(sample),
+        policy_version=sample.policy_version,
     )
 
 

@@ -235,7 +235,13 @@ class BatchManifest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ScoredSample(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One sample of a scored batch, in manifest order."""
+    """One sample of a scored batch, in manifest order.
+
+    ``masked`` samples carry no training signal: their reward is missing at the
+    deadline (``present=False``) or is an infrastructure fault (verdict
+    ``sandbox_error``). They are left out of their group's statistics and get
+    advantage 0; a learner must not train on them.
+    """
 
     sample_id: str
     group_id: str = ""
@@ -246,10 +252,13 @@ class ScoredSample(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     passed: int = 0
     total: int = 0
     cache_hit: bool = False
+    masked: bool = False
+    # The policy that generated the sample (from its RewardEvent), for staleness checks.
+    policy_version: int = 0
 
 
 class GroupStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Score statistics of one GRPO group (present samples only)."""
+    """Score statistics of one GRPO group (present, unmasked samples only)."""
 
     mean: float
     std: float
@@ -257,7 +266,14 @@ class GroupStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ScoredBatch(msgspec.Struct, frozen=True, kw_only=True):
-    """A batch ready for the learner; key on the wire is ``batch_id``."""
+    """A batch ready for the learner; key on the wire is ``batch_id``.
+
+    ``masked`` lists, in manifest order, every sample left out of the group
+    statistics: the ``missing`` ones and those judged ``sandbox_error``. The
+    advantages were computed with ``advantage_norm_by_std`` and
+    ``advantage_epsilon`` (verl's ``norm_adv_by_std_in_grpo`` and ``epsilon``), so a
+    learner that drops more samples can recompute them the same way.
+    """
 
     batch_id: str
     samples: list[ScoredSample]
@@ -266,6 +282,9 @@ class ScoredBatch(msgspec.Struct, frozen=True, kw_only=True):
     complete: bool = True
     policy_version: int = 0
     duplicates_ignored: int = 0
+    masked: list[str] = []
+    advantage_norm_by_std: bool = True
+    advantage_epsilon: float = 1e-6
     created_at: float = msgspec.field(default_factory=_now)
     schema_version: int = SCHEMA_VERSION
 

@@ -55,6 +55,7 @@ class SampleRecord(msgspec.Struct, frozen=True, kw_only=True, tag="sample", tag_
     passed: int = 0
     total: int = 0
     cache_hit: bool = False
+    policy_version: int = 0
     # W3C traceparent of the span that aggregated this reward: the batch span
     # links to it, even after a restart.
     traceparent: str = ""

@@ -29,7 +29,9 @@ from schemas import (
     SchemaError,
     ScoredBatch,
     Verdict,
+    decode,
     decode_state,
+    encode,
     encode_state,
     state_key,
 )
@@ -80,17 +82,35 @@ def manifest(n: int, *, group_size: int = 4, batch_id: str = "b1", **kw: object)
     )
 
 
-def reward(m: BatchManifest, i: int, score: float) -> RewardEvent:
+def reward(
+    m: BatchManifest, i: int, score: float, *, verdict: Verdict | None = None, version: int = 0
+) -> RewardEvent:
     return RewardEvent(
         sample_id=m.sample_ids[i],
         batch_id=m.batch_id,
         group_id=m.group_ids[i] if m.group_ids else "",
+        policy_version=version,
         score=score,
-        verdict=Verdict.ACCEPTED if score == 1.0 else Verdict.WRONG_ANSWER,
+        verdict=verdict or (Verdict.ACCEPTED if score == 1.0 else Verdict.WRONG_ANSWER),
         passed=round(score * 4),
         total=4,
         created_at=NOW,
     )
+
+
+def sandbox_error(m: BatchManifest, i: int, *, version: int = 0) -> RewardEvent:
+    """An infrastructure fault as a worker reports it: verdict sandbox_error, score 0."""
+    return reward(m, i, 0.0, verdict=Verdict.SANDBOX_ERROR, version=version)
+
+
+SANDBOX_ERROR = -1.0  # in a drawn list of scores: this sample's reward is a sandbox_error
+
+
+def outcome(m: BatchManifest, i: int, score: float) -> RewardEvent:
+    version = i % 3  # samples of one batch may come from different policy versions
+    if score == SANDBOX_ERROR:
+        return sandbox_error(m, i, version=version)
+    return reward(m, i, score, version=version)
 
 
 Delivery = BatchManifest | RewardEvent
@@ -126,7 +146,7 @@ def key_of(record: AggregatorRecord) -> bytes:
     return state_key(record.batch_id)
 
 
-scores_st = st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=12)
+scores_st = st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, SANDBOX_ERROR]), min_size=1, max_size=12)
 
 
 @st.composite
@@ -135,7 +155,7 @@ def batches_and_deliveries(
 ) -> tuple[BatchManifest, list[RewardEvent], list[Delivery]]:
     scores = draw(scores_st)
     m = manifest(len(scores), group_size=draw(st.integers(1, 4)))
-    rewards = [reward(m, i, s) for i, s in enumerate(scores)]
+    rewards = [outcome(m, i, s) for i, s in enumerate(scores)]
     extra = draw(st.lists(st.sampled_from([m, *rewards]), max_size=20))
     deliveries: list[Delivery] = draw(st.permutations([m, *rewards, *extra]))
     return m, rewards, deliveries
@@ -236,6 +256,97 @@ def test_rewards_and_manifests_after_emission_are_ignored_and_counted() -> None:
     assert (assembler.counters.late_rewards, assembler.counters.late_manifests) == (1, 1)
 
 
+# -- infrastructure failures are not rewards ------------------------------------------------
+
+
+def test_a_sandbox_error_is_left_out_of_its_groups_statistics() -> None:
+    m = manifest(4)
+    assembler = BatchAssembler()
+    feed(assembler, [m, reward(m, 0, 1.0), reward(m, 1, 0.0), sandbox_error(m, 2)])
+    feed(assembler, [reward(m, 3, 1.0)])
+    (ready,) = assembler.due(NOW)
+    batch = ready.batch
+    failed = batch.samples[2]
+    assert failed.present and failed.masked and failed.verdict is Verdict.SANDBOX_ERROR
+    assert failed.advantage == 0.0
+    assert batch.masked == [m.sample_ids[2]] and batch.complete and batch.missing == []
+    # The group is the three judged samples: the fault did not count as a 0.
+    assert (batch.groups["g0"].count, batch.groups["g0"].mean) == (3, pytest.approx(2 / 3))
+    expected, _ = grpo_advantages([1.0, 0.0, 1.0], ["g0"] * 3)
+    assert [batch.samples[i].advantage for i in (0, 1, 3)] == pytest.approx(expected)
+    assert not any(batch.samples[i].masked for i in (0, 1, 3))
+    assert (assembler.counters.sandbox_error_samples, assembler.counters.missing_samples) == (1, 0)
+
+
+def test_a_group_of_only_sandbox_errors_has_no_statistics() -> None:
+    m = manifest(2, group_size=2)
+    assembler = BatchAssembler()
+    feed(assembler, [m, sandbox_error(m, 0), sandbox_error(m, 1)])
+    (ready,) = assembler.due(NOW)
+    assert ready.batch.groups == {} and ready.batch.masked == m.sample_ids
+    assert all(s.advantage == 0.0 and s.masked for s in ready.batch.samples)
+
+
+@settings(max_examples=200)
+@given(scores_st, st.data(), st.integers(1, 4), st.booleans())
+def test_group_statistics_use_exactly_the_unmasked_samples(
+    scores: list[float], data: st.DataObject, group_size: int, norm: bool
+) -> None:
+    m = manifest(len(scores), group_size=group_size)
+    arrived = data.draw(st.lists(st.booleans(), min_size=len(scores), max_size=len(scores)))
+    assembler = BatchAssembler(AssemblerLimits(normalize_by_std=norm))
+    feed(assembler, [m, *(outcome(m, i, s) for i, s in enumerate(scores) if arrived[i])])
+    (ready,) = assembler.due(DEADLINE)
+    batch = ready.batch
+
+    judged = [i for i, s in enumerate(scores) if arrived[i] and s != SANDBOX_ERROR]
+    expected, stats = grpo_advantages(
+        [scores[i] for i in judged], [m.group_ids[i] for i in judged], normalize_by_std=norm
+    )
+    assert batch.groups == stats
+    assert [batch.samples[i].advantage for i in judged] == pytest.approx(expected, abs=1e-12)
+    masked = [i for i in range(len(scores)) if i not in judged]
+    assert batch.masked == [m.sample_ids[i] for i in masked]
+    assert all(batch.samples[i].masked and batch.samples[i].advantage == 0.0 for i in masked)
+    assert not any(batch.samples[i].masked for i in judged)
+    assert batch.missing == [
+        sid for sid, came in zip(m.sample_ids, arrived, strict=True) if not came
+    ]
+    assert (batch.advantage_norm_by_std, batch.advantage_epsilon) == (norm, 1e-6)
+    counters = assembler.counters
+    assert counters.missing_samples == len(batch.missing)
+    assert counters.sandbox_error_samples == len(masked) - len(batch.missing)
+
+
+def test_policy_version_reaches_the_scored_sample_and_survives_a_restore() -> None:
+    m = manifest(2)
+    first = BatchAssembler()
+    feed(first, [m, reward(m, 0, 1.0, version=7)])
+    second = BatchAssembler()
+    second.restore(fold(first.drain_changes()).values())
+    second.add_reward(reward(m, 1, 0.0, version=9), NOW)
+    (ready,) = second.due(NOW)
+    assert [s.policy_version for s in ready.batch.samples] == [7, 9]
+
+
+def test_scored_batches_without_the_new_fields_still_decode() -> None:
+    """A ScoredBatch from before masking and policy versions (old aggregator, old topic)."""
+    old = msgspec.msgpack.encode(
+        {
+            "batch_id": "b",
+            "samples": [{"sample_id": "s0", "score": 1.0, "verdict": "accepted"}],
+            "missing": [],
+            "complete": True,
+            "schema_version": 1,
+        }
+    )
+    batch = decode(old, ScoredBatch)
+    assert batch.masked == [] and batch.advantage_norm_by_std and batch.advantage_epsilon == 1e-6
+    assert not batch.samples[0].masked and batch.samples[0].policy_version == 0
+    # And unmasked samples still omit the flag on the wire.
+    assert b"masked" not in encode(batch.samples[0])
+
+
 # -- deadlines -------------------------------------------------------------------------------
 
 
@@ -251,8 +362,10 @@ def test_a_batch_past_its_deadline_lists_its_missing_samples() -> None:
     present = [s.present for s in batch.samples]
     assert present == [True, True, False, False, True, False]
     missing = [s for s in batch.samples if not s.present]
-    # Never silently scored: no score, no verdict, no advantage.
+    # Never silently scored: no score, no verdict, no advantage, and masked.
     assert all(s.score == 0.0 and s.verdict is None and s.advantage == 0.0 for s in missing)
+    assert all(s.masked for s in missing) and batch.masked == batch.missing
+    assert assembler.counters.missing_samples == 3
     # Statistics over present samples only: g0 has two, g1 one (verl's lone-sample rule).
     assert batch.groups["g0"].count == 2 and batch.groups["g0"].mean == 0.5
     assert (batch.groups["g1"].mean, batch.groups["g1"].std, batch.groups["g1"].count) == (
