@@ -19,6 +19,14 @@ from consumers.assembler import (
 )
 from consumers.client import ScoredBatchBufferFullError, ScoredBatches
 from consumers.config import AggregatorConfig
+from consumers.learner_plan import (
+    LearnerCounters,
+    MaskReason,
+    SamplePlan,
+    StalenessPolicy,
+    masked_uid,
+    plan_batch,
+)
 from consumers.state_store import AggregatorError
 
 __all__ = [
@@ -28,12 +36,18 @@ __all__ = [
     "AssemblerLimits",
     "BatchAssembler",
     "InvalidMessageError",
+    "LearnerCounters",
     "ManifestOutcome",
+    "MaskReason",
     "ReadyBatch",
     "RewardOutcome",
+    "SamplePlan",
     "ScoredBatchBufferFullError",
     "ScoredBatches",
+    "StalenessPolicy",
     "build_scored_batch",
     "grpo_advantages",
+    "masked_uid",
+    "plan_batch",
     "run_aggregator",
 ]
