@@ -89,6 +89,8 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     produce_retry_backoff_s: float = 0.5
+    # Retriable produce errors are retried this often before the input is dead-lettered.
+    produce_attempts: int = 20
     fetch_max_wait_ms: int = 20
     result_cache_bytes: int = 256 << 20  # 0 disables the result cache
     problem_store_bytes: int = 1 << 30
@@ -320,6 +322,16 @@ class _Worker:
             return
         span.set_attribute("rewardbus.sample_id", completion.sample_id)
         span.set_attribute("rewardbus.batch_id", completion.batch_id)
+        reply = completion.reply_topic
+        if reply is not None and not self.kafka.topics.is_reply_topic(reply):
+            # A completion names its reward's destination: never let it write elsewhere.
+            reason = (
+                f"reply_topic {reply!r} is not a reply topic of this deployment "
+                f"(it must start with {self.kafka.topics.replies_prefix!r})"
+            )
+            await self._dead_letter(record, reason, "InvalidReplyTopic", "decode")
+            span.set_status(Status(StatusCode.ERROR, reason))
+            return
         programs = unpack_programs(completion)
         span.set_attribute("rewardbus.programs", len(programs))
         await asyncio.gather(
@@ -341,7 +353,13 @@ class _Worker:
         span = trace.get_current_span()
         span.set_attribute("rewardbus.verdict", str(event.verdict))
         span.set_attribute("rewardbus.score", event.score)
-        await self._emit_reward(event)
+        topic = completion.reply_topic or self.kafka.topics.rewards
+        try:
+            await self._emit_reward(event, topic)
+        except _ProduceFailed as exc:
+            # The reward cannot land (a reply topic whose client is gone, a record the
+            # topic refuses): the input goes to the DLQ with why, and its partition moves on.
+            await self._dead_letter(record, exc.reason, "ProduceFailed", "emit")
 
     async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
         """Judge (or answer from the cache); failures become dead letters."""
@@ -395,8 +413,7 @@ class _Worker:
         runtime = f"{version}|{self.config.runtime_version}"
         return fingerprint(language.name, code, suite_digest, completion.limits, runtime)
 
-    async def _emit_reward(self, event: RewardEvent) -> None:
-        topic = self.kafka.topics.rewards
+    async def _emit_reward(self, event: RewardEvent, topic: str) -> None:
         with tracer.start_as_current_span(
             "emit reward",
             kind=SpanKind.PRODUCER,
@@ -428,22 +445,50 @@ class _Worker:
         log.warning(
             "dead letter %s:%d@%d: %s", record.topic, record.partition, record.offset, reason
         )
-        await self._produce(self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE])
+        # The input's offset waits on this record, and there is nowhere further to send it.
+        await self._produce(
+            self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE], attempts=0
+        )
         self.stats.dead_lettered += 1
         _dead_letters.add(1, {"stage": stage, "error_type": error_type})
 
     async def _produce(
-        self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        *,
+        attempts: int | None = None,
     ) -> None:
-        """Produce and wait for the ack, retrying until it lands (the offset waits on it)."""
+        """Produce and wait for the ack (the offset waits on it).
+
+        Retriable errors are retried ``attempts`` times (default: the config's), then
+        :class:`_ProduceFailed`; a non-retriable error raises it at once. ``attempts=0``
+        retries for ever: the dead-letter write, the last resort, uses that.
+        """
+        limit = self.config.produce_attempts if attempts is None else attempts
+        tries = 0
         while True:
+            tries += 1
             try:
                 await self.producer.send_and_wait(topic, value, key=key, headers=headers)
             except KafkaError as exc:
+                if not exc.retriable or (limit and tries >= limit):
+                    reason = f"produce to {topic} failed after {tries} tries: {exc!r}"
+                    raise _ProduceFailed(reason) from exc
                 log.warning("produce to %s failed (%s); retrying", topic, exc)
                 await asyncio.sleep(self.config.produce_retry_backoff_s)
             else:
                 return
+
+
+class _ProduceFailed(Exception):
+    """A record could not be produced: a non-retriable error, or retries ran out."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _queue_span(queue_ms: float) -> None:

@@ -148,6 +148,10 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     limits: Limits = Limits()
     created_at: float = msgspec.field(default_factory=_now)
     attributes: dict[str, str] = {}
+    # Where the RewardEvent goes instead of the rewards topic: a per-client reply
+    # topic (``Topics.reply_topic``) for callers that wait on their own rewards one by
+    # one, such as verl's reward-loop workers. Workers refuse any other destination.
+    reply_topic: str | None = None
     schema_version: int = SCHEMA_VERSION
 
 

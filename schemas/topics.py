@@ -49,6 +49,24 @@ class Topics:
     def aggregator_state(self) -> str:
         return f"{self.prefix}rewardbus.aggregator-state"
 
+    @property
+    def replies_prefix(self) -> str:
+        """Every reply topic starts with this; workers produce to no other reply topic."""
+        return f"{self.prefix}rewardbus.replies."
+
+    def reply_topic(self, client: str) -> str:
+        """The reply topic of one waiting client (e.g. one verl reward-loop process).
+
+        >>> Topics(prefix="exp1.").reply_topic("host-42")
+        'exp1.rewardbus.replies.host-42'
+        """
+        return f"{self.replies_prefix}{client}"
+
+    def is_reply_topic(self, topic: str) -> bool:
+        """Whether ``topic`` names a reply topic of this deployment."""
+        suffix = topic.removeprefix(self.replies_prefix)
+        return suffix != topic and bool(suffix) and all(c.isalnum() or c in "._-" for c in suffix)
+
     def all(self) -> tuple[str, ...]:
         """Every topic, in creation order."""
         return (

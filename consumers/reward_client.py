@@ -1,0 +1,402 @@
+"""Score one completion and wait for its reward: the client a trainer's reward step uses.
+
+verl's reward loop asks for one sample's reward at a time (``run_single``), from
+several processes at once (``reward.num_workers``, 8 by default). Each process
+runs one :class:`RewardClient`: one producer, and one reader of a reply topic of
+its own (``Topics.reply_topic``: one partition, created at start, deleted at
+stop), which the workers send this client's rewards to instead of the shared
+rewards topic. So a process reads exactly its own rewards, and what it costs the
+broker is one single-partition topic and one fetch session per process.
+
+Each suite is published once per process to the compacted problems topic; the
+completions that share it (a GRPO group) only name it.
+
+Errors: none of its own. :meth:`RewardClient.score` raises ``TimeoutError`` when
+the reward does not come in time, and aiokafka's ``KafkaError`` when the broker
+refuses a publish; the caller decides what a sample without a reward scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from schemas import (
+    CONTENT_TYPE,
+    Completion,
+    KafkaSettings,
+    ProblemRecord,
+    RewardEvent,
+    SchemaError,
+    decode,
+    encode,
+    inject_context,
+)
+
+__all__ = [
+    "RewardClient",
+    "RewardClientConfig",
+    "RewardClientStats",
+    "SharedRewardClients",
+    "process_clients",
+]
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+# Replies are read within seconds; an abandoned reply topic keeps nothing for long.
+_REPLY_RETENTION_MS = 3_600_000
+
+
+def _client_name() -> str:
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class RewardClientConfig:
+    """One reward client: its reply topic's name and replication, its bounds."""
+
+    name: str = field(default_factory=_client_name)
+    max_in_flight: int = 4096
+    # None: min(3, brokers in the cluster).
+    reply_replication_factor: int | None = None
+    # Suites this process remembers having published (least recent forgotten first).
+    max_problems_remembered: int = 65_536
+    topic_wait_s: float = 30.0
+
+
+@dataclass
+class RewardClientStats:
+    """What a client sent, got back, and gave up on."""
+
+    published: int = 0
+    problems_published: int = 0
+    rewards: int = 0
+    timeouts: int = 0
+    late_rewards: int = 0
+    undecodable: int = 0
+
+
+class RewardClient:
+    """Publishes completions and hands each caller its own sample's ``RewardEvent``."""
+
+    def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
+        self._kafka = kafka
+        self.config = config or RewardClientConfig()
+        self.reply_topic = kafka.topics.reply_topic(self.config.name)
+        self.stats = RewardClientStats()
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiting: dict[str, asyncio.Future[RewardEvent]] = {}
+        self._problems: OrderedDict[str, asyncio.Future[None]] = OrderedDict()
+        self._slots = asyncio.Semaphore(self.config.max_in_flight)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the reply topic, start reading it from its start, connect the producer."""
+        await self._create_reply_topic()
+        consumer = AIOKafkaConsumer(
+            **self._kafka.client_kwargs(),
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            fetch_max_wait_ms=100,
+        )
+        await consumer.start()
+        consumer.assign([TopicPartition(self.reply_topic, 0)])
+        self._consumer = consumer
+        self._producer = AIOKafkaProducer(
+            **self._kafka.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            compression_type="lz4",
+            max_request_size=16 << 20,  # CodeContests-sized suites
+        )
+        await self._producer.start()
+        self._reader = asyncio.create_task(self._read_replies(consumer))
+
+    async def stop(self) -> None:
+        """Fail the waiters, disconnect, delete the reply topic."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(RuntimeError("reward client stopped"))
+        self._waiting.clear()
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                await client.stop()
+        self._producer = self._consumer = None
+        await self._delete_reply_topic()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- scoring ---------------------------------------------------------------
+
+    async def score(
+        self, completion: Completion, problem: ProblemRecord | None, *, timeout_s: float
+    ) -> RewardEvent:
+        """Publish ``completion`` (and its suite, once) and wait for its reward.
+
+        Raises ``TimeoutError`` if it has not come within ``timeout_s`` seconds
+        (counting the wait for an in-flight slot).
+        """
+        try:
+            async with asyncio.timeout(timeout_s), self._slots:
+                return await self._score(completion, problem)
+        except TimeoutError:
+            self.stats.timeouts += 1
+            raise
+
+    async def _score(self, completion: Completion, problem: ProblemRecord | None) -> RewardEvent:
+        if completion.sample_id in self._waiting:
+            raise ValueError(f"sample {completion.sample_id} is already being scored")
+        future: asyncio.Future[RewardEvent] = asyncio.get_running_loop().create_future()
+        self._waiting[completion.sample_id] = future
+        try:
+            if problem is not None:
+                await self._ensure_problem(problem)
+            await self._publish(msgspec.structs.replace(completion, reply_topic=self.reply_topic))
+            return await future
+        finally:
+            self._waiting.pop(completion.sample_id, None)
+
+    async def _ensure_problem(self, problem: ProblemRecord) -> None:
+        """Publish a suite the first time this process needs it; later callers wait on that."""
+        published = self._problems.get(problem.problem_id)
+        if published is not None:
+            self._problems.move_to_end(problem.problem_id)
+            if published.done() and published.exception() is not None:
+                del self._problems[problem.problem_id]  # the first try failed: try again
+            else:
+                await asyncio.shield(published)
+                return
+        published = asyncio.ensure_future(self._publish_problem(problem))
+        self._problems[problem.problem_id] = published
+        while len(self._problems) > self.config.max_problems_remembered:
+            self._problems.popitem(last=False)
+        await asyncio.shield(published)
+
+    async def _publish_problem(self, problem: ProblemRecord) -> None:
+        await self._running().send_and_wait(
+            self._kafka.topics.problems,
+            encode(problem),
+            key=problem.problem_id.encode(),
+            headers=[CONTENT_TYPE],
+        )
+        self.stats.problems_published += 1
+
+    async def _publish(self, completion: Completion) -> None:
+        topic = self._kafka.topics.completions
+        attributes = {
+            "messaging.system": "kafka",
+            "messaging.destination.name": topic,
+            "messaging.operation.type": "send",
+            "rewardbus.sample_id": completion.sample_id,
+        }
+        with tracer.start_as_current_span(
+            "publish completion", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            await self._running().send_and_wait(
+                topic,
+                encode(completion),
+                key=completion.sample_id.encode(),
+                headers=inject_context([CONTENT_TYPE]),
+            )
+        self.stats.published += 1
+
+    async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                fetched = await consumer.getmany(timeout_ms=500)
+            except KafkaError as exc:  # a broker hiccup: the consumer reconnects by itself
+                log.warning("reading %s failed: %s", self.reply_topic, exc)
+                await asyncio.sleep(0.5)
+                continue
+            for records in fetched.values():
+                for record in records:
+                    self._deliver(record.value)
+
+    def _deliver(self, value: bytes | None) -> None:
+        try:
+            event = decode(value, RewardEvent)
+        except SchemaError as exc:
+            self.stats.undecodable += 1
+            log.error("undecodable reply on %s: %s", self.reply_topic, exc.reason)  # noqa: TRY400
+            return
+        future = self._waiting.get(event.sample_id)
+        if future is None or future.done():
+            self.stats.late_rewards += 1  # its caller timed out, or a redelivered duplicate
+            return
+        self.stats.rewards += 1
+        future.set_result(event)
+
+    # -- the reply topic -------------------------------------------------------
+
+    async def _create_reply_topic(self) -> None:
+        admin = AIOKafkaAdminClient(**self._kafka.client_kwargs())
+        await admin.start()
+        try:
+            replication = self.config.reply_replication_factor
+            if replication is None:
+                cluster = await admin.describe_cluster()
+                replication = min(3, max(1, len(cluster["brokers"])))
+            topic = NewTopic(
+                self.reply_topic,
+                1,
+                replication,
+                topic_configs={"retention.ms": str(_REPLY_RETENTION_MS)},
+            )
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics([topic])
+            await _wait_for_topic(admin, self.reply_topic, self.config.topic_wait_s)
+        finally:
+            await admin.close()
+
+    async def _delete_reply_topic(self) -> None:
+        admin = AIOKafkaAdminClient(**self._kafka.client_kwargs())
+        try:
+            await admin.start()
+            await admin.delete_topics([self.reply_topic])
+        except KafkaError as exc:  # retention empties it anyway
+            log.warning("could not delete reply topic %s: %s", self.reply_topic, exc)
+        finally:
+            await admin.close()
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped."""
+        return self._producer is not None
+
+    def _running(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("RewardClient is not started (use start() or async with)")
+        return self._producer
+
+
+async def _wait_for_topic(admin: AIOKafkaAdminClient, topic: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        (info,) = await admin.describe_topics([topic])
+        if info["error_code"] == 0 and info["partitions"]:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reply topic {topic} did not appear within {timeout_s} s")
+        await asyncio.sleep(0.05)
+
+
+class SharedRewardClients:
+    """One started :class:`RewardClient` per event loop of this process, made on first use.
+
+    verl builds reward managers per Ray actor and calls ``compute_score`` as a plain
+    function, so the client they share has to live beside them, not inside one of
+    them. aiokafka clients belong to the loop that started them, hence one per loop.
+    Reply topics left at exit are deleted then (and expire anyway if the process is
+    killed).
+    """
+
+    def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
+        self._kafka = kafka
+        self._config = config or RewardClientConfig()
+        self._clients: dict[asyncio.AbstractEventLoop, asyncio.Future[RewardClient]] = {}
+        self._exit_hook = False
+        self._started = 0
+
+    async def get(self) -> RewardClient:
+        """This loop's client, started (concurrent first callers share one start)."""
+        loop = asyncio.get_running_loop()
+        for stale in [other for other in self._clients if other.is_closed()]:
+            del self._clients[stale]
+        starting = self._clients.get(loop)
+        if starting is None or (starting.done() and starting.exception() is not None):
+            starting = self._clients[loop] = asyncio.ensure_future(self._start())
+        return await asyncio.shield(starting)
+
+    async def aclose(self) -> None:
+        """Stop this loop's client (deleting its reply topic); the next ``get`` starts anew."""
+        starting = self._clients.pop(asyncio.get_running_loop(), None)
+        if starting is not None and starting.done() and starting.exception() is None:
+            await starting.result().stop()
+
+    async def _start(self) -> RewardClient:
+        self._started += 1
+        suffix = "" if self._started == 1 else f"-{self._started}"
+        config = dataclasses.replace(self._config, name=self._config.name + suffix)
+        client = RewardClient(self._kafka, config)
+        await client.start()
+        if not self._exit_hook:
+            atexit.register(self._delete_reply_topics)
+            self._exit_hook = True
+        return client
+
+    def _delete_reply_topics(self) -> None:
+        topics = [
+            future.result().reply_topic
+            for future in self._clients.values()
+            if future.done() and not future.cancelled() and future.exception() is None
+            and future.result().running
+        ]
+        if topics:
+            with contextlib.suppress(Exception):  # best effort at exit; retention is the backstop
+                asyncio.run(_delete_topics(self._kafka, topics))
+
+
+async def _delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        await admin.delete_topics(topics)
+    finally:
+        await admin.close()
+
+
+# Process-wide, by design: verl calls a custom compute_score as a plain function
+# (loading its file as a second copy of the module, by path) and builds managers
+# per actor, so the clients they share live here, in a module imported once.
+_PROCESS_CLIENTS: dict[Hashable, SharedRewardClients] = {}
+
+
+def process_clients(
+    key: Hashable, make: Callable[[], SharedRewardClients]
+) -> SharedRewardClients:
+    """This process's clients for ``key`` (settings), made by ``make`` the first time."""
+    shared = _PROCESS_CLIENTS.get(key)
+    if shared is None:
+        shared = _PROCESS_CLIENTS[key] = make()
+    return shared

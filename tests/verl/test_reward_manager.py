@@ -1,0 +1,309 @@
+"""verl's own loader and reward-loop worker score DataProtos through rewardbus.
+
+Nothing here calls our manager directly: verl's ``RewardLoopWorker`` builds it (or
+our ``compute_score``) from a verl config and calls it on a ``DataProto`` of real
+token ids from the repository's tokenizer, against the real broker and real
+sandbox worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from omegaconf import DictConfig, OmegaConf
+from verl import DataProto
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+import consumers.reward_client as reward_client
+import consumers.verl_reward as verl_reward
+from consumers.reward_client import RewardClient
+from consumers.verl_tasks import REWARD_EXTRA_KEYS, VerlRewardSettings, task_from_verl
+from rewardbus.local import WorkerPoolOptions, worker_pool
+from rewardbus.tokenizer import build_tokenizer, save_tokenizer
+from rewardbus.topics import ensure_topics
+from schemas import KafkaSettings, RewardEvent, Topics, decode
+
+pytestmark = pytest.mark.integration
+
+GENERATED = Path(__import__("verl").__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
+
+SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+DIFF = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
+SUM_GT = json.dumps({"inputs": ["1 2\n", "5 5\n", "7 0\n"], "outputs": ["3\n", "10\n", "7\n"]})
+CALL_GT = json.dumps({"fn_name": "add", "inputs": ["1\n2", "3\n4"], "outputs": ["3", "7"]})
+CALL = "```python\ndef add(a, b):\n    return a + b\n```"
+MBPP_GT = {"test_list": ["assert sq(2) == 4", "assert sq(3) == 9", "assert sq(0) == 1"]}
+SQUARE = "def sq(x):\n    return x * x\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def pipeline_topics() -> Topics:
+    return Topics(prefix=f"verl{uuid.uuid4().hex[:10]}.")
+
+
+@pytest.fixture(scope="module")
+async def workers(
+    kafka_bootstrap: str, pipeline_topics: Topics, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[KafkaSettings]:
+    """Two real sandbox worker processes (strict sandbox) serving this module's topics."""
+    kafka = KafkaSettings(kafka_bootstrap, topics=pipeline_topics, client_id="verl-test")
+    await ensure_topics(kafka, partitions=2)
+    options = WorkerPoolOptions(
+        workers=2,
+        group_id=f"{pipeline_topics.prefix}workers",
+        log_dir=tmp_path_factory.mktemp("worker-logs"),
+    )
+    async with worker_pool(kafka, options):
+        yield kafka
+
+
+@pytest.fixture(autouse=True)
+async def fresh_manager_state() -> AsyncIterator[None]:
+    """Each test's verl config builds its own settings and clients; stopped after it."""
+    yield
+    verl_reward.RewardbusRewardManager._class_initialized = False
+    verl_reward.RewardbusRewardManager.settings = None
+    for shared in reward_client._PROCESS_CLIENTS.values():
+        await shared.aclose()
+    reward_client._PROCESS_CLIENTS.clear()
+
+
+def _verl_config(tokenizer_dir: Path, kafka: KafkaSettings, **reward: Any) -> DictConfig:
+    """verl's generated PPO trainer config, with our reward backend selected."""
+    config = OmegaConf.load(GENERATED)
+    config.actor_rollout_ref.model.path = str(tokenizer_dir)
+    config.actor_rollout_ref.model.tokenizer_path = str(tokenizer_dir)
+    options = {"bootstrap_servers": kafka.bootstrap_servers, "topic_prefix": kafka.topics.prefix}
+    options.update(reward.pop("options", {}))
+    config.reward.reward_manager.source = "importlib"
+    config.reward.reward_manager.module.path = "pkg://consumers.verl_reward"
+    config.reward.reward_manager.name = "RewardbusRewardManager"
+    OmegaConf.update(config, "reward.reward_kwargs", {"rewardbus": options}, force_add=True)
+    for key, value in reward.items():
+        OmegaConf.update(config, key, value, force_add=True)
+    return config
+
+
+def _dataproto(samples: Sequence[dict[str, Any]], *, response_length: int = 96) -> DataProto:
+    """A rollout batch as verl's trainer makes it: left-padded prompts, right-padded responses."""
+    tok = build_tokenizer()
+    eos = tok.eos_token_id
+    prompt_ids = [tok.encode("Solve it.\n", add_special_tokens=False) for _ in samples]
+    response_ids = [
+        [*tok.encode(s["response"], add_special_tokens=False)[: response_length - 1], eos]
+        for s in samples
+    ]
+    prompt_length = max(len(p) for p in prompt_ids)
+    pad = tok.pad_token_id
+    prompts = torch.tensor([[pad] * (prompt_length - len(p)) + p for p in prompt_ids])
+    responses = torch.tensor([r + [pad] * (response_length - len(r)) for r in response_ids])
+    prompt_mask = (prompts != pad).long()
+    response_mask = torch.tensor(
+        [[1] * len(r) + [0] * (response_length - len(r)) for r in response_ids]
+    )
+    attention = torch.cat([prompt_mask, response_mask], dim=1)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0),
+        },
+        non_tensors={
+            "data_source": np.array([s["data_source"] for s in samples], dtype=object),
+            "reward_model": np.array(
+                [{"ground_truth": s["ground_truth"], "style": "rule"} for s in samples],
+                dtype=object,
+            ),
+            "extra_info": np.array([s.get("extra_info", {}) for s in samples], dtype=object),
+            "uid": np.array(
+                [s.get("uid", f"g{i // 2}") for i, s in enumerate(samples)], dtype=object
+            ),
+        },
+    )
+
+
+async def test_verl_loader_builds_our_manager_and_its_reward_loop_scores_through_rewardbus(
+    workers: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    assert type(worker.reward_manager).__name__ == "RewardbusRewardManager"
+    samples = [
+        {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
+        {"data_source": "apps", "response": DIFF, "ground_truth": SUM_GT},
+        {"data_source": "taco", "response": CALL, "ground_truth": CALL_GT},
+        {"data_source": "mbpp", "response": SQUARE, "ground_truth": MBPP_GT},
+        {"data_source": "codecontests", "response": "I cannot solve this.", "ground_truth": SUM_GT},
+    ]
+    outputs = await worker.compute_score_batch(_dataproto(samples))
+    scores = [round(o["reward_score"], 3) for o in outputs]
+    assert scores == [1.0, round(1 / 3, 3), 1.0, round(2 / 3, 3), 0.0]
+    infos = [o["reward_extra_info"] for o in outputs]
+    assert [i["verdict"] for i in infos] == [
+        "accepted", "wrong_answer", "accepted", "wrong_answer", "compile_error",
+    ]  # fmt: skip
+    assert all(tuple(i) == REWARD_EXTRA_KEYS for i in infos)  # verl reads the first's keys
+    assert [i["passed"] for i in infos[:4]] == [3, 1, 2, 2]
+    assert not any(i["infra_failure"] or i["timed_out"] for i in infos)
+
+
+async def test_a_grpo_group_publishes_its_suite_once(
+    workers: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    group = [
+        {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": "prompt-1"}
+        for r in (SUM, DIFF, SUM, "```python\nprint(3)\n```", SUM, DIFF, SUM, SUM)
+    ]
+    outputs = await worker.compute_score_batch(_dataproto(group))
+    assert [round(o["reward_score"], 2) for o in outputs] == [1, 0.33, 1, 0.33, 1, 0.33, 1, 1]
+    client = await verl_reward._clients(worker.reward_manager.settings).get()
+    assert client.stats.problems_published == 1
+    assert client.stats.published >= 8
+
+
+async def test_custom_reward_function_path_uses_the_same_client(
+    workers: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    options = {
+        "bootstrap_servers": workers.bootstrap_servers,
+        "topic_prefix": workers.topics.prefix,
+    }
+    config = _verl_config(
+        tokenizer_dir,
+        workers,
+        **{
+            "reward.reward_manager.source": "register",
+            "reward.reward_manager.name": "naive",
+            "reward.custom_reward_function.path": verl_reward.__file__,
+            "reward.custom_reward_function.name": "compute_score",
+            "reward.custom_reward_function.reward_kwargs": options,
+        },
+    )
+    worker = RewardLoopWorker(config)
+    samples = [
+        {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
+        {"data_source": "apps", "response": DIFF, "ground_truth": SUM_GT},
+    ]
+    outputs = await worker.compute_score_batch(_dataproto(samples))
+    assert [round(o["reward_score"], 3) for o in outputs] == [1.0, round(1 / 3, 3)]
+    assert outputs[0]["reward_extra_info"]["verdict"] == "accepted"
+    assert outputs[1]["reward_extra_info"]["passed"] == 1
+    # verl loaded compute_score from its file, a second copy of the module: the
+    # client is still the one process-wide client for these settings.
+    (shared,) = reward_client._PROCESS_CLIENTS.values()
+    assert (await shared.get()).stats.published == 2
+
+
+async def test_a_reward_that_never_comes_is_flagged_not_raised(
+    kafka: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    """No worker serves these topics: each sample times out, flagged, with the chosen score."""
+    await ensure_topics(kafka, partitions=1)
+    options = {"sample_timeout_s": 2.0, "failure_score": -1.0}
+    worker = RewardLoopWorker(_verl_config(tokenizer_dir, kafka, options=options))
+    samples = [{"data_source": "apps", "response": SUM, "ground_truth": SUM_GT}] * 3
+    started = time.monotonic()
+    outputs = await worker.compute_score_batch(_dataproto(samples))
+    assert time.monotonic() - started < 15
+    assert [o["reward_score"] for o in outputs] == [-1.0, -1.0, -1.0]
+    assert all(o["reward_extra_info"]["timed_out"] for o in outputs)
+    assert all(o["reward_extra_info"]["infra_failure"] for o in outputs)
+    client = await verl_reward._clients(worker.reward_manager.settings).get()
+    assert client.stats.timeouts == 3
+
+
+async def test_a_ground_truth_that_is_no_suite_is_flagged_and_the_rest_scored(
+    workers: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    samples = [
+        {"data_source": "apps", "response": SUM, "ground_truth": "not json at all"},
+        {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
+    ]
+    outputs = await worker.compute_score_batch(_dataproto(samples))
+    assert outputs[0]["reward_score"] == 0.0
+    assert outputs[0]["reward_extra_info"]["verdict"] == "invalid_input"
+    assert outputs[0]["reward_extra_info"]["infra_failure"]
+    assert outputs[1]["reward_score"] == 1.0
+
+
+async def test_each_process_reads_only_its_own_rewards(workers: KafkaSettings) -> None:
+    """Two clients (two reward-loop processes): each reply topic holds only its client's rewards."""
+    settings = VerlRewardSettings(workers.bootstrap_servers, topic_prefix=workers.topics.prefix)
+    async with RewardClient(workers) as first, RewardClient(workers) as second:
+        assert first.reply_topic != second.reply_topic
+        tasks = {
+            client: [
+                task_from_verl(
+                    sample_id=f"{name}-{i}",
+                    solution_str=SUM if i % 2 else DIFF,
+                    ground_truth=SUM_GT,
+                    extra_info={},
+                    settings=settings,
+                )
+                for i in range(6)
+            ]
+            for client, name in ((first, "a"), (second, "b"))
+        }
+        events = await asyncio.gather(
+            *(
+                client.score(t.completion, t.problem, timeout_s=60)
+                for client, ts in tasks.items()
+                for t in ts
+            )
+        )
+        assert {e.sample_id for e in events} == {f"{n}-{i}" for n in "ab" for i in range(6)}
+        for client, prefix in ((first, "a-"), (second, "b-")):
+            on_topic = await _read_topic(workers, client.reply_topic, expect=6)
+            assert {e.sample_id for e in on_topic} == {f"{prefix}{i}" for i in range(6)}
+        reply_topics = (first.reply_topic, second.reply_topic)
+    deadline = time.monotonic() + 20  # deletion completes asynchronously on the broker
+    while set(reply_topics) & set(await _topic_names(workers)):
+        assert time.monotonic() < deadline, "reply topics were not deleted at stop"
+        await asyncio.sleep(0.2)
+
+
+async def _read_topic(kafka: KafkaSettings, topic: str, *, expect: int) -> list[RewardEvent]:
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), auto_offset_reset="earliest")
+    await consumer.start()
+    consumer.assign([TopicPartition(topic, 0)])
+    events: list[RewardEvent] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(events) < expect and time.monotonic() < deadline:
+            fetched = await consumer.getmany(timeout_ms=200)
+            events.extend(decode(r.value, RewardEvent) for rs in fetched.values() for r in rs)
+        # Anything beyond what was expected would show up within another fetch.
+        fetched = await consumer.getmany(timeout_ms=300)
+        events.extend(decode(r.value, RewardEvent) for rs in fetched.values() for r in rs)
+    finally:
+        await consumer.stop()
+    return events
+
+
+async def _topic_names(kafka: KafkaSettings) -> list[str]:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        names: list[str] = await admin.list_topics()
+        return names
+    finally:
+        await admin.close()
