@@ -66,7 +66,8 @@ test-sandbox: setup
 lint: setup
 	$(BIN)/ruff check .
 
-typecheck: setup
+# mypy --strict reads the verl-facing modules against verl, torch and transformers.
+typecheck: setup setup-verl
 	$(BIN)/mypy
 
 bench: setup
