@@ -201,6 +201,32 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
     assert b"\xc1\x00garbage" in {letter.value for letter in letters}
 
 
+async def test_reply_topics_get_their_rewards_and_other_destinations_are_refused(
+    kafka: KafkaSettings,
+) -> None:
+    """A completion may address its reward to a reply topic of this deployment, nothing else."""
+    await ensure_topics(kafka, partitions=1)
+    reply = kafka.topics.reply_topic("client-1")
+    base = _completions("b9", 3, code=lambda i: ADD)
+    to_reply = msgspec.structs.replace(base[0], reply_topic=reply)
+    to_scored = msgspec.structs.replace(base[1], reply_topic=kafka.topics.scored)
+    to_foreign = msgspec.structs.replace(base[2], reply_topic="other.rewardbus.replies.x")
+    async with _running(_worker(kafka, "w1")):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_many([to_reply, to_scored, to_foreign])
+        replies = await _read_all(kafka, reply, lambda v: len(v) >= 1)
+        letters = [
+            decode(v, DeadLetter)
+            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)
+        ]
+    assert [decode(v, RewardEvent).sample_id for v in replies] == [to_reply.sample_id]
+    assert {letter.key for letter in letters} == {
+        to_scored.sample_id.encode(),
+        to_foreign.sample_id.encode(),
+    }
+    assert all("is not a reply topic" in letter.reason for letter in letters)
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 async def test_worker_stopped_mid_batch_loses_nothing(
     kafka: KafkaSettings, stop_signal: signal.Signals

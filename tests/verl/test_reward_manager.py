@@ -307,3 +307,32 @@ async def _topic_names(kafka: KafkaSettings) -> list[str]:
         return names
     finally:
         await admin.close()
+
+
+def test_verl_reward_loop_manager_on_ray_scores_through_rewardbus(
+    workers: KafkaSettings, tokenizer_dir: Path
+) -> None:
+    """verl's trainer-side RewardLoopManager: Ray actors, one client and reply topic each."""
+    import ray
+    from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+
+    config = _verl_config(tokenizer_dir, workers, **{"reward.num_workers": 2})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        manager = RewardLoopManager(config)
+        samples = [
+            {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": f"p{i // 3}"}
+            for i, r in enumerate([SUM, DIFF, SUM] * 2)
+        ]
+        data = _dataproto(samples)
+        result = manager.compute_rm_score(data)
+    finally:
+        ray.shutdown()
+    scores = result.batch["rm_scores"]
+    # Each score sits at the sample's last valid response token, as verl expects.
+    valid = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].sum(dim=1)
+    placed = scores[torch.arange(len(samples)), valid - 1]
+    assert [round(float(s), 3) for s in placed] == [1.0, 0.333, 1.0] * 2
+    assert float(scores.sum()) == pytest.approx(float(placed.sum()))
+    assert list(result.non_tensor_batch["verdict"]) == ["accepted", "wrong_answer", "accepted"] * 2
+    assert result.meta_info["reward_extra_keys"] == list(REWARD_EXTRA_KEYS)
