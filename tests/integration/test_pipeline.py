@@ -227,6 +227,37 @@ async def test_reply_topics_get_their_rewards_and_other_destinations_are_refused
     assert all("is not a reply topic" in letter.reason for letter in letters)
 
 
+async def test_a_reward_the_topic_refuses_is_dead_lettered_and_the_partition_moves_on(
+    kafka: KafkaSettings,
+) -> None:
+    """A non-retriable produce error (record too large) used to be retried for ever."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:  # a rewards topic that takes only small records
+        await admin.create_topics(
+            [NewTopic(kafka.topics.rewards, 1, 1, topic_configs={"max.message.bytes": "4096"})]
+        )
+    finally:
+        await admin.close()
+    await ensure_topics(kafka, partitions=1)
+    many = IoSuite(inputs=[f"{i} 1\n" for i in range(300)], outputs=["0\n"] * 300)
+    big = Completion(sample_id="big", batch_id="b10", code=ADD, tests=many)
+    small = _completions("b10", 1, code=lambda i: ADD)[0]
+    async with _running(_worker(kafka, "w1")):
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_many([big, small])
+        rewards = await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 1)
+        (letter,) = [
+            decode(v, DeadLetter)
+            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
+        ]
+    assert [decode(v, RewardEvent).sample_id for v in rewards] == [small.sample_id]
+    assert letter.key == b"big" and letter.stage == "emit"
+    assert "RecordTooLarge" in letter.reason or "MessageSizeTooLarge" in letter.reason
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 async def test_worker_stopped_mid_batch_loses_nothing(
     kafka: KafkaSettings, stop_signal: signal.Signals
