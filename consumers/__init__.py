@@ -1,8 +1,11 @@
 """Learner side: the stream aggregator, its batch assembly logic and the scored-batch client.
 
 ``run_aggregator`` consumes manifests and rewards and emits ``ScoredBatch``es;
-``ScoredBatches`` is what a learner reads them with; ``BatchAssembler`` and
-``grpo_advantages`` are the broker-free logic underneath.
+``ScoredBatches`` is what a learner reads them with, and ``LearnerSource`` joins
+them with the rollouts held for them (``consumers.verl_batch``, which needs the
+verl extra and is not imported here, turns a pair into a verl ``DataProto``);
+``BatchAssembler``, ``grpo_advantages`` and ``plan_batch`` are the broker-free
+logic underneath.
 """
 
 from consumers.advantages import grpo_advantages
@@ -19,6 +22,13 @@ from consumers.assembler import (
 )
 from consumers.client import ScoredBatchBufferFullError, ScoredBatches
 from consumers.config import AggregatorConfig
+from consumers.learner import (
+    BatchConverter,
+    LearnerBatch,
+    LearnerSource,
+    LearnerSourceFullError,
+    ScoredBatchSource,
+)
 from consumers.learner_plan import (
     LearnerCounters,
     MaskReason,
@@ -35,14 +45,19 @@ __all__ = [
     "AssemblerCounters",
     "AssemblerLimits",
     "BatchAssembler",
+    "BatchConverter",
     "InvalidMessageError",
+    "LearnerBatch",
     "LearnerCounters",
+    "LearnerSource",
+    "LearnerSourceFullError",
     "ManifestOutcome",
     "MaskReason",
     "ReadyBatch",
     "RewardOutcome",
     "SamplePlan",
     "ScoredBatchBufferFullError",
+    "ScoredBatchSource",
     "ScoredBatches",
     "StalenessPolicy",
     "build_scored_batch",

@@ -133,18 +133,29 @@ class ScoredBatches:
                 await self._fetch(remaining)
             return await self._hand_out(batch_id)
 
+    # The timeout is part of the public API, as for get().
+    async def next(self, timeout: float | None = None) -> ScoredBatch:  # noqa: ASYNC109
+        """The next batch in arrival order (buffered ones first), each batch once.
+
+        Raises ``TimeoutError`` when none arrives within ``timeout`` seconds; unlike
+        cancelling an ``async for``, that leaves the client usable.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async with self._lock:
+            while not self._buffer:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no scored batch arrived in {timeout} s")
+                await self._fetch(remaining)
+            return await self._hand_out(next(iter(self._buffer)))
+
     def __aiter__(self) -> AsyncIterator[ScoredBatch]:
         """Every batch once, in arrival order (buffered ones first), until stopped."""
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[ScoredBatch]:
         while True:
-            async with self._lock:
-                while not self._buffer:
-                    await self._fetch(None)
-                batch_id = next(iter(self._buffer))
-                batch = await self._hand_out(batch_id)
-            yield batch
+            yield await self.next()
 
     async def _fetch(self, remaining: float | None) -> None:
         consumer = self._running()

@@ -389,6 +389,28 @@ async def test_the_client_hands_out_each_batch_once(kafka: KafkaSettings) -> Non
             await learner.get("a", timeout=1)
 
 
+async def test_next_hands_out_batches_in_arrival_order_and_survives_a_timeout(
+    kafka: KafkaSettings,
+) -> None:
+    await create_topics(kafka)
+    async with ScoredBatches(kafka) as learner:
+        with pytest.raises(TimeoutError, match="no scored batch arrived"):
+            await learner.next(timeout=0.5)
+        producer = AIOKafkaProducer(**kafka.client_kwargs())
+        await producer.start()
+        try:
+            for batch_id in ("early", "late", "early"):
+                batch = ScoredBatch(batch_id=batch_id, samples=[])
+                await producer.send_and_wait(kafka.topics.scored, encode(batch), partition=1)
+        finally:
+            await producer.stop()
+        # After the timeout the client still works; the re-emission is not handed out.
+        got = [(await learner.next(timeout=30)).batch_id for _ in range(2)]
+        assert got == ["early", "late"]
+        with pytest.raises(TimeoutError):
+            await learner.next(timeout=1)
+
+
 async def test_a_sample_trace_reaches_the_aggregator_and_the_batch_links_to_it(
     kafka: KafkaSettings, span_exporter: InMemorySpanExporter
 ) -> None:
