@@ -5,12 +5,13 @@ instead of carrying it inline; trainers publish each suite once as a
 :class:`~schemas.ProblemRecord`. Every worker replays the topic from the
 beginning (all partitions, no consumer group) and follows it.
 
-Errors (flat, both non-retriable: the worker sends the completion to the DLQ
-with ``.reason``)::
+Errors (``.reason`` says why; ``.retriable`` whether trying again can help)::
 
     ProblemError
-    ├── ProblemNotFound   no inline tests and no such problem, even after catching up
-    └── DigestMismatch    the completion was written against another version of the suite
+    ├── ProblemNotFound     no inline tests and no such problem, even after catching up
+    ├── DigestMismatch      the completion was written against another version of the suite
+    └── ProblemTableBehind  not loaded, and the table did not catch up in time (retriable:
+                            the worker tries again before it gives up on the completion)
 
 Memory: records are kept as their encoded bytes (msgpack is several times
 smaller than the decoded Python objects), plus a small LRU of decoded suites for
@@ -37,7 +38,14 @@ from schemas import (
     suite_digest,
 )
 
-__all__ = ["DigestMismatch", "ProblemError", "ProblemNotFound", "ProblemStats", "ProblemStore"]
+__all__ = [
+    "DigestMismatch",
+    "ProblemError",
+    "ProblemNotFound",
+    "ProblemStats",
+    "ProblemStore",
+    "ProblemTableBehind",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,16 @@ class ProblemError(Exception):
 
 class ProblemNotFound(ProblemError):
     """No inline tests, and no problem with the referenced id after catching up."""
+
+
+class ProblemTableBehind(ProblemError):
+    """The problem is not loaded yet and the table did not catch up within the bound.
+
+    Transient (a slow broker, a huge backlog of problems): not evidence that the
+    problem does not exist.
+    """
+
+    retriable = True
 
 
 class DigestMismatch(ProblemError):
@@ -180,7 +198,7 @@ class ProblemStore:
         except TimeoutError:
             if stored is not None:
                 return stored  # what we have is all we can know
-            raise ProblemNotFound(
+            raise ProblemTableBehind(
                 f"problem {problem_id!r} not loaded, and the problems table did not catch up "
                 f"within {self.lookup_timeout_s:g} s"
             ) from None

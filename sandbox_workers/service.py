@@ -30,7 +30,7 @@ from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.languages import lookup
 from sandbox_workers.offsets import OffsetTracker
-from sandbox_workers.problems import ProblemStore
+from sandbox_workers.problems import ProblemStore, ProblemTableBehind
 from schemas import (
     CONTENT_TYPE,
     Completion,
@@ -91,6 +91,8 @@ class WorkerConfig:
     produce_retry_backoff_s: float = 0.5
     # Retriable produce errors are retried this often before the input is dead-lettered.
     produce_attempts: int = 20
+    # Transient judging faults (the problems table behind) are tried this often.
+    transient_attempts: int = 3
     fetch_max_wait_ms: int = 20
     result_cache_bytes: int = 256 << 20  # 0 disables the result cache
     problem_store_bytes: int = 1 << 30
@@ -364,7 +366,7 @@ class _Worker:
     async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
         """Judge (or answer from the cache); failures become dead letters."""
         try:
-            event, hit = await self._judge_or_hit(completion)
+            event, hit = await self._judge_with_retries(completion)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure becomes a dead letter, never a crash
@@ -377,6 +379,19 @@ class _Worker:
             self.stats.cache_hits += 1
         trace.get_current_span().set_attribute("rewardbus.cache_hit", hit)
         return event
+
+    async def _judge_with_retries(self, completion: Completion) -> tuple[RewardEvent, bool]:
+        """A transient fault (the problems table behind) is tried again, a bounded number
+        of times, before it is let through to the dead-letter path."""
+        for attempt in range(1, self.config.transient_attempts + 1):
+            try:
+                return await self._judge_or_hit(completion)
+            except ProblemTableBehind as exc:
+                if attempt == self.config.transient_attempts:
+                    raise
+                log.warning("%s (attempt %d); trying again", exc.reason, attempt)
+                await asyncio.sleep(self.config.produce_retry_backoff_s * attempt)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _judge_or_hit(self, completion: Completion) -> tuple[RewardEvent, bool]:
         """resolve tests → cache lookup or bounded execution; (event, cache hit)."""

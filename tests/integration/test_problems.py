@@ -11,7 +11,12 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from producers import RolloutProducer
 from rewardbus.topics import ensure_topics
-from sandbox_workers.problems import DigestMismatch, ProblemNotFound, ProblemStore
+from sandbox_workers.problems import (
+    DigestMismatch,
+    ProblemNotFound,
+    ProblemStore,
+    ProblemTableBehind,
+)
 from schemas import (
     AssertSuite,
     Completion,
@@ -113,6 +118,21 @@ async def test_an_unknown_problem_is_not_found_within_the_bounded_wait(
         assert time.monotonic() - started < 10
         assert "no-such-problem" in caught.value.reason
         assert not caught.value.retriable
+
+
+async def test_a_table_that_cannot_catch_up_in_time_is_a_transient_fault_not_not_found(
+    kafka: KafkaSettings,
+) -> None:
+    """Behind is not absent: the completion must be retried, not dead-lettered as unknown."""
+    await ensure_topics(kafka, partitions=4)
+    await publish(kafka, problem("add", ADD))
+    async with ProblemStore(kafka, lookup_timeout_s=1e-6) as store:
+        with pytest.raises(ProblemTableBehind) as caught:
+            await store.resolve(referencing("add", suite_digest(ADD)))
+        assert caught.value.retriable
+        assert not isinstance(caught.value, ProblemNotFound)
+        await store.wait_caught_up(30)
+        assert await store.resolve(referencing("add", suite_digest(ADD))) == ADD
 
 
 async def test_corrupt_records_are_skipped(kafka: KafkaSettings) -> None:
