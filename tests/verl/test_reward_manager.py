@@ -11,32 +11,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from omegaconf import DictConfig, OmegaConf
-from verl import DataProto
+from omegaconf import DictConfig
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
 import consumers.reward_client as reward_client
 import consumers.verl_reward as verl_reward
 from consumers.reward_client import RewardClient
 from consumers.verl_tasks import REWARD_EXTRA_KEYS, VerlRewardSettings, task_from_verl
-from rewardbus.local import WorkerPoolOptions, worker_pool
-from rewardbus.tokenizer import build_tokenizer, save_tokenizer
 from rewardbus.topics import ensure_topics
-from schemas import KafkaSettings, RewardEvent, Topics, decode
-
-pytestmark = pytest.mark.integration
-
-GENERATED = Path(__import__("verl").__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
+from rewardbus.verl_harness import rollout_dataproto, verl_config
+from schemas import KafkaSettings, RewardEvent, decode
 
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 DIFF = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
@@ -47,103 +38,19 @@ MBPP_GT = {"test_list": ["assert sq(2) == 4", "assert sq(3) == 9", "assert sq(0)
 SQUARE = "def sq(x):\n    return x * x\n"
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-@pytest.fixture(scope="module")
-def pipeline_topics() -> Topics:
-    return Topics(prefix=f"verl{uuid.uuid4().hex[:10]}.")
-
-
-@pytest.fixture(scope="module")
-async def workers(
-    kafka_bootstrap: str, pipeline_topics: Topics, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[KafkaSettings]:
-    """Two real sandbox worker processes (strict sandbox) serving this module's topics."""
-    kafka = KafkaSettings(kafka_bootstrap, topics=pipeline_topics, client_id="verl-test")
-    await ensure_topics(kafka, partitions=2)
-    options = WorkerPoolOptions(
-        workers=2,
-        group_id=f"{pipeline_topics.prefix}workers",
-        log_dir=tmp_path_factory.mktemp("worker-logs"),
-    )
-    async with worker_pool(kafka, options):
-        yield kafka
-
-
-@pytest.fixture(autouse=True)
-async def fresh_manager_state() -> AsyncIterator[None]:
-    """Each test's verl config builds its own settings and clients; stopped after it."""
-    yield
-    verl_reward.RewardbusRewardManager._class_initialized = False
-    verl_reward.RewardbusRewardManager.settings = None
-    for shared in reward_client._PROCESS_CLIENTS.values():
-        await shared.aclose()
-    reward_client._PROCESS_CLIENTS.clear()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_rewardbus_manager")]
 
 
 def _verl_config(tokenizer_dir: Path, kafka: KafkaSettings, **reward: Any) -> DictConfig:
     """verl's generated PPO trainer config, with our reward backend selected."""
-    config = OmegaConf.load(GENERATED)
-    config.actor_rollout_ref.model.path = str(tokenizer_dir)
-    config.actor_rollout_ref.model.tokenizer_path = str(tokenizer_dir)
-    options = {"bootstrap_servers": kafka.bootstrap_servers, "topic_prefix": kafka.topics.prefix}
-    options.update(reward.pop("options", {}))
-    config.reward.reward_manager.source = "importlib"
-    config.reward.reward_manager.module.path = "pkg://consumers.verl_reward"
-    config.reward.reward_manager.name = "RewardbusRewardManager"
-    OmegaConf.update(config, "reward.reward_kwargs", {"rewardbus": options}, force_add=True)
-    for key, value in reward.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    return config
-
-
-def _dataproto(samples: Sequence[dict[str, Any]], *, response_length: int = 96) -> DataProto:
-    """A rollout batch as verl's trainer makes it: left-padded prompts, right-padded responses."""
-    tok = build_tokenizer()
-    eos = tok.eos_token_id
-    prompt_ids = [tok.encode("Solve it.\n", add_special_tokens=False) for _ in samples]
-    response_ids = [
-        [*tok.encode(s["response"], add_special_tokens=False)[: response_length - 1], eos]
-        for s in samples
-    ]
-    prompt_length = max(len(p) for p in prompt_ids)
-    pad = tok.pad_token_id
-    prompts = torch.tensor([[pad] * (prompt_length - len(p)) + p for p in prompt_ids])
-    responses = torch.tensor([r + [pad] * (response_length - len(r)) for r in response_ids])
-    prompt_mask = (prompts != pad).long()
-    response_mask = torch.tensor(
-        [[1] * len(r) + [0] * (response_length - len(r)) for r in response_ids]
-    )
-    attention = torch.cat([prompt_mask, response_mask], dim=1)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0),
-        },
-        non_tensors={
-            "data_source": np.array([s["data_source"] for s in samples], dtype=object),
-            "reward_model": np.array(
-                [{"ground_truth": s["ground_truth"], "style": "rule"} for s in samples],
-                dtype=object,
-            ),
-            "extra_info": np.array([s.get("extra_info", {}) for s in samples], dtype=object),
-            "uid": np.array(
-                [s.get("uid", f"g{i // 2}") for i, s in enumerate(samples)], dtype=object
-            ),
-        },
-    )
+    options = reward.pop("options", {})
+    return verl_config(tokenizer_dir, kafka, options=options, overrides=reward)
 
 
 async def test_verl_loader_builds_our_manager_and_its_reward_loop_scores_through_rewardbus(
-    workers: KafkaSettings, tokenizer_dir: Path
+    verl_sandbox_workers: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
-    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    worker = RewardLoopWorker(_verl_config(verl_tokenizer_dir, verl_sandbox_workers))
     assert type(worker.reward_manager).__name__ == "RewardbusRewardManager"
     samples = [
         {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
@@ -152,7 +59,7 @@ async def test_verl_loader_builds_our_manager_and_its_reward_loop_scores_through
         {"data_source": "mbpp", "response": SQUARE, "ground_truth": MBPP_GT},
         {"data_source": "codecontests", "response": "I cannot solve this.", "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(_dataproto(samples))
+    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
     scores = [round(o["reward_score"], 3) for o in outputs]
     assert scores == [1.0, round(1 / 3, 3), 1.0, round(2 / 3, 3), 0.0]
     infos = [o["reward_extra_info"] for o in outputs]
@@ -165,14 +72,14 @@ async def test_verl_loader_builds_our_manager_and_its_reward_loop_scores_through
 
 
 async def test_a_grpo_group_publishes_its_suite_once(
-    workers: KafkaSettings, tokenizer_dir: Path
+    verl_sandbox_workers: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
-    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    worker = RewardLoopWorker(_verl_config(verl_tokenizer_dir, verl_sandbox_workers))
     group = [
         {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": "prompt-1"}
         for r in (SUM, DIFF, SUM, "```python\nprint(3)\n```", SUM, DIFF, SUM, SUM)
     ]
-    outputs = await worker.compute_score_batch(_dataproto(group))
+    outputs = await worker.compute_score_batch(rollout_dataproto(group))
     assert [round(o["reward_score"], 2) for o in outputs] == [1, 0.33, 1, 0.33, 1, 0.33, 1, 1]
     client = await verl_reward._clients(worker.reward_manager.settings).get()
     assert client.stats.problems_published == 1
@@ -180,15 +87,15 @@ async def test_a_grpo_group_publishes_its_suite_once(
 
 
 async def test_custom_reward_function_path_uses_the_same_client(
-    workers: KafkaSettings, tokenizer_dir: Path
+    verl_sandbox_workers: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
     options = {
-        "bootstrap_servers": workers.bootstrap_servers,
-        "topic_prefix": workers.topics.prefix,
+        "bootstrap_servers": verl_sandbox_workers.bootstrap_servers,
+        "topic_prefix": verl_sandbox_workers.topics.prefix,
     }
     config = _verl_config(
-        tokenizer_dir,
-        workers,
+        verl_tokenizer_dir,
+        verl_sandbox_workers,
         **{
             "reward.reward_manager.source": "register",
             "reward.reward_manager.name": "naive",
@@ -202,7 +109,7 @@ async def test_custom_reward_function_path_uses_the_same_client(
         {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
         {"data_source": "apps", "response": DIFF, "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(_dataproto(samples))
+    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
     assert [round(o["reward_score"], 3) for o in outputs] == [1.0, round(1 / 3, 3)]
     assert outputs[0]["reward_extra_info"]["verdict"] == "accepted"
     assert outputs[1]["reward_extra_info"]["passed"] == 1
@@ -213,15 +120,15 @@ async def test_custom_reward_function_path_uses_the_same_client(
 
 
 async def test_a_reward_that_never_comes_is_flagged_not_raised(
-    kafka: KafkaSettings, tokenizer_dir: Path
+    kafka: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
     """No worker serves these topics: each sample times out, flagged, with the chosen score."""
     await ensure_topics(kafka, partitions=1)
     options = {"sample_timeout_s": 2.0, "failure_score": -1.0}
-    worker = RewardLoopWorker(_verl_config(tokenizer_dir, kafka, options=options))
+    worker = RewardLoopWorker(_verl_config(verl_tokenizer_dir, kafka, options=options))
     samples = [{"data_source": "apps", "response": SUM, "ground_truth": SUM_GT}] * 3
     started = time.monotonic()
-    outputs = await worker.compute_score_batch(_dataproto(samples))
+    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
     assert time.monotonic() - started < 15
     assert [o["reward_score"] for o in outputs] == [-1.0, -1.0, -1.0]
     assert all(o["reward_extra_info"]["timed_out"] for o in outputs)
@@ -231,22 +138,25 @@ async def test_a_reward_that_never_comes_is_flagged_not_raised(
 
 
 async def test_a_ground_truth_that_is_no_suite_is_flagged_and_the_rest_scored(
-    workers: KafkaSettings, tokenizer_dir: Path
+    verl_sandbox_workers: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
-    worker = RewardLoopWorker(_verl_config(tokenizer_dir, workers))
+    worker = RewardLoopWorker(_verl_config(verl_tokenizer_dir, verl_sandbox_workers))
     samples = [
         {"data_source": "apps", "response": SUM, "ground_truth": "not json at all"},
         {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(_dataproto(samples))
+    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
     assert outputs[0]["reward_score"] == 0.0
     assert outputs[0]["reward_extra_info"]["verdict"] == "invalid_input"
     assert outputs[0]["reward_extra_info"]["infra_failure"]
     assert outputs[1]["reward_score"] == 1.0
 
 
-async def test_each_process_reads_only_its_own_rewards(workers: KafkaSettings) -> None:
+async def test_each_process_reads_only_its_own_rewards(
+    verl_sandbox_workers: KafkaSettings,
+) -> None:
     """Two clients (two reward-loop processes): each reply topic holds only its client's rewards."""
+    workers = verl_sandbox_workers
     settings = VerlRewardSettings(workers.bootstrap_servers, topic_prefix=workers.topics.prefix)
     async with RewardClient(workers) as first, RewardClient(workers) as second:
         assert first.reply_topic != second.reply_topic
@@ -310,13 +220,13 @@ async def _topic_names(kafka: KafkaSettings) -> list[str]:
 
 
 def test_verl_reward_loop_manager_on_ray_scores_through_rewardbus(
-    workers: KafkaSettings, tokenizer_dir: Path
+    verl_sandbox_workers: KafkaSettings, verl_tokenizer_dir: Path
 ) -> None:
     """verl's trainer-side RewardLoopManager: Ray actors, one client and reply topic each."""
     import ray
     from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 
-    config = _verl_config(tokenizer_dir, workers, **{"reward.num_workers": 2})
+    config = _verl_config(verl_tokenizer_dir, verl_sandbox_workers, **{"reward.num_workers": 2})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         manager = RewardLoopManager(config)
@@ -324,7 +234,7 @@ def test_verl_reward_loop_manager_on_ray_scores_through_rewardbus(
             {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": f"p{i // 3}"}
             for i, r in enumerate([SUM, DIFF, SUM] * 2)
         ]
-        data = _dataproto(samples)
+        data = rollout_dataproto(samples)
         result = manager.compute_rm_score(data)
     finally:
         ray.shutdown()
