@@ -130,6 +130,10 @@ class Executor:
         self._cache = CompileCache(artifacts, config.compile_cache_bytes)
         self._builder = Builder(sandbox, self._cache, message_bytes=config.message_bytes)
 
+    async def aclose(self) -> None:
+        """Release the sandbox (its warm zygotes and cgroups); no execution may be running."""
+        await self._sandbox.aclose()
+
     def _state_dir(self, config: ExecutorConfig) -> Path:
         if config.compile_cache_dir is not None:
             config.compile_cache_dir.mkdir(parents=True, exist_ok=True)

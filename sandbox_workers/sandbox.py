@@ -96,3 +96,7 @@ class Sandbox(Protocol):
     async def execute(self, request: ExecRequest) -> ExecResult:
         """Run the request; raise :class:`SandboxFault` only for infrastructure faults."""
         ...
+
+    async def aclose(self) -> None:
+        """Release what the sandbox keeps between executions (warm pools, cgroups)."""
+        ...

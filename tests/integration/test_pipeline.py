@@ -102,17 +102,15 @@ def _worker(  # type: ignore[no-untyped-def]
         drain_timeout_s=drain_timeout_s,
     )
 
-    def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
-        return run_worker(
-            kafka,
-            config,
-            executor,
-            shutdown=stop,
-            ready=ready,
-            stats=stats,
-        )
+    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
+        try:
+            return await run_worker(
+                kafka, config, executor, shutdown=stop, ready=ready, stats=stats
+            )
+        finally:  # its warm zygotes must not outlive the test (the hostile suite counts them)
+            await executor.aclose()
 
-    return start
+    return serve
 
 
 def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]

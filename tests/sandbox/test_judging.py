@@ -515,6 +515,9 @@ class Flaky:
             raise SandboxFault("injected")
         return await self.inner.execute(request)
 
+    async def aclose(self) -> None:
+        """The wrapped jail belongs to its fixture, which closes it."""
+
 
 async def test_sandbox_faults_are_retried(jail: JailSandbox, executor: Executor) -> None:
     config = ExecutorConfig(worker_id="w1", max_attempts=2)
