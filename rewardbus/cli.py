@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
     demo.add_argument("--timeout", type=float, default=600.0)
 
+    _train_demo_parser(sub)
+
     broker = sub.add_parser("broker", help="run the embedded single-node Kafka broker")
     broker.add_argument("--port", type=int, default=9092)
     broker.add_argument("--data-dir", default=None)
@@ -89,6 +91,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _train_demo_parser(sub: Any) -> None:
+    train = sub.add_parser(
+        "train-demo",
+        help="GRPO on a tiny policy, every reward from the sandbox pipeline (needs the verl extra)",
+    )
+    _common(train)
+    train.add_argument("--steps", type=int, default=100)
+    train.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    train.add_argument("--group-size", type=int, default=32, help="samples per prompt")
+    train.add_argument("--device", choices=("auto", "cpu", "cuda", "npu"), default="auto")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--plot", default="train-demo.png", help="PNG of the curves (default ./train-demo.png)"
+    )
+    train.add_argument("--json", action="store_true", help="print the summary as JSON last")
+    train.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+    train.add_argument(
+        "--max-response-length",
+        type=float,
+        default=5.0,
+        metavar="TOKENS",
+        help="alert when the mean response length passes this (default 5)",
+    )
+
+
 def _run(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
 
@@ -113,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "topics": commands.topics,
         "judge": commands.judge,
         "doctor": commands.doctor,
+        "train-demo": commands.train_demo,
     }
     try:
         return _run(handlers[args.command](args))

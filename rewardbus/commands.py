@@ -16,7 +16,17 @@ from rewardbus.settings import kafka_settings
 from rewardbus.telemetry import configure_tracing
 from schemas import KafkaSettings
 
-__all__ = ["UsageError", "aggregator", "broker", "demo", "doctor", "judge", "topics", "worker"]
+__all__ = [
+    "UsageError",
+    "aggregator",
+    "broker",
+    "demo",
+    "doctor",
+    "judge",
+    "topics",
+    "train_demo",
+    "worker",
+]
 
 
 class UsageError(Exception):
@@ -156,3 +166,36 @@ async def demo(args: argparse.Namespace) -> int:
         return await run_demo(options, shutdown=_shutdown_future())
     finally:
         flush()
+
+
+async def train_demo(args: argparse.Namespace) -> int:
+    """``rewardbus train-demo``; torch and verl are imported here, never at CLI import."""
+    try:
+        from rewardbus.train_demo.devices import DeviceUnavailable
+        from rewardbus.train_demo.loop import run_train_demo
+    except ImportError as exc:
+        raise UsageError(
+            f"train-demo needs the verl extra ({exc.name} is missing): make setup-verl"
+        ) from None
+    from rewardbus.train_demo.monitor import AlertRules
+    from rewardbus.train_demo.options import TrainDemoOptions
+
+    try:
+        options = TrainDemoOptions(
+            steps=args.steps,
+            group_size=args.group_size,
+            workers=args.workers,
+            device=args.device,
+            seed=args.seed,
+            strict=not args.no_strict,
+            json=args.json,
+            plot=Path(args.plot),
+            bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
+            alerts=AlertRules(max_response_length=args.max_response_length),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        return await run_train_demo(options, shutdown=_shutdown_future())
+    except DeviceUnavailable as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,45 @@
+"""What ``rewardbus train-demo`` runs, parsed once at the CLI into this value object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rewardbus.train_demo.devices import DeviceChoice
+from rewardbus.train_demo.learner import LearnerConfig
+from rewardbus.train_demo.monitor import AlertRules
+
+__all__ = ["TrainDemoOptions"]
+
+
+@dataclass(frozen=True)
+class TrainDemoOptions:
+    """The run: steps and batch shape, where rewards come from, how it reports."""
+
+    steps: int = 100
+    # Samples per prompt (a GRPO group); every task of the family is prompted each step.
+    group_size: int = 32
+    workers: int = 2
+    device: DeviceChoice = "auto"
+    seed: int = 0
+    strict: bool = True
+    json: bool = False
+    plot: Path = Path("train-demo.png")
+    # An existing cluster instead of the embedded broker.
+    bootstrap: str | None = None
+    # Wait at most this long for a step's scored batch (the manifest's deadline too).
+    step_timeout_s: float = 60.0
+    # Means over this many first and last steps are the summary's first/last rewards.
+    window: int = 5
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    alerts: AlertRules = field(default_factory=AlertRules)
+    d_model: int = 64
+    n_layers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError("steps must be at least 1")
+        if self.group_size < 2:
+            raise ValueError("group_size must be at least 2 (GRPO compares within a group)")
+        if self.workers < 1:
+            raise ValueError("workers must be at least 1")

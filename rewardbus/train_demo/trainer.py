@@ -1,0 +1,135 @@
+"""The learner side of one step: sample a rollout, then update from its scored ``DataProto``.
+
+Holds the policy, its optimiser and the grammar mask on the learner's device. The
+rollout goes out in verl's layout (:func:`rollout_dataproto`); what comes back is
+the ``DataProto`` that :func:`consumers.verl_batch.scored_batch_to_dataproto`
+made of the step's ``ScoredBatch`` (GRPO advantages, response mask with masked
+rows zeroed), and :meth:`Trainer.learn` trains on exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rewardbus.tokenizer import character_vocab
+from rewardbus.train_demo.grammar import ExpressionGrammar
+from rewardbus.train_demo.learner import (
+    AggregateFn,
+    LearnerBatch,
+    LearnerConfig,
+    PolicyLossFn,
+    UpdateMetrics,
+    make_optimizer,
+    update,
+)
+from rewardbus.train_demo.policy import PolicyConfig, build_policy
+from rewardbus.train_demo.rollout import Rollout, allowed_mask, sample
+from rewardbus.train_demo.tasks import Task
+
+__all__ = ["Trainer", "TrainerSetup", "rollout_dataproto"]
+
+
+@dataclass(frozen=True)
+class TrainerSetup:
+    """Everything a :class:`Trainer` is built from."""
+
+    device: torch.device
+    seed: int
+    learner: LearnerConfig
+    loss_fn: PolicyLossFn
+    aggregate_fn: AggregateFn
+    grammar: ExpressionGrammar = field(default_factory=ExpressionGrammar)
+    d_model: int = 64
+    n_layers: int = 2
+
+
+class Trainer:
+    """The policy, its optimiser and the grammar mask; one rollout and one update per step."""
+
+    def __init__(self, setup: TrainerSetup) -> None:
+        self._setup = setup
+        self._vocab = character_vocab()
+        self._characters = {i: c for c, i in self._vocab.items() if len(c) == 1}
+        self.pad_id = self._vocab["<pad>"]
+        self.eos_id = self._vocab["<eos>"]
+        config = PolicyConfig(
+            vocab_size=len(self._vocab), d_model=setup.d_model, n_layers=setup.n_layers
+        )
+        self.policy = build_policy(config, seed=setup.seed, device=setup.device)
+        self.optimizer = make_optimizer(self.policy, setup.learner)
+        self.allowed = allowed_mask(
+            setup.grammar.allowed_ids(self._vocab, self.eos_id), len(self._vocab), setup.device
+        )
+        # Sampling and mini-batch shuffling draw from their own seeded generators (on the
+        # CPU, so a run's draws do not depend on the device).
+        self._sampling = torch.Generator(device=setup.device).manual_seed(setup.seed)
+        self._shuffle = torch.Generator().manual_seed(setup.seed + 1)
+
+    def prompt_ids(self, task: Task) -> list[int]:
+        """The task's header as token ids (one per character)."""
+        return [self._vocab[c] for c in task.header]
+
+    def rollout(self, tasks: Sequence[Task]) -> tuple[Rollout, list[str]]:
+        """One sampled response per task, and each response's text (``<eos>`` dropped)."""
+        rollout = sample(
+            self.policy,
+            [self.prompt_ids(task) for task in tasks],
+            self.allowed,
+            pad_id=self.pad_id,
+            eos_id=self.eos_id,
+            generator=self._sampling,
+        )
+        texts = [
+            "".join(self._characters.get(i, "") for i in ids if i != self.eos_id)
+            for ids in rollout.response_ids()
+        ]
+        return rollout, texts
+
+    def learn(self, data: Any) -> UpdateMetrics:
+        """One update from a scored ``DataProto`` (advantages and response mask from rewardbus)."""
+        tensors = data.batch
+        batch = LearnerBatch(
+            input_ids=tensors["input_ids"],
+            attention_mask=tensors["attention_mask"],
+            position_ids=tensors["position_ids"],
+            responses=tensors["responses"],
+            response_mask=tensors["response_mask"],
+            old_log_probs=tensors["old_log_probs"],
+            advantages=tensors["advantages"],
+        )
+        return update(
+            self.policy,
+            self.optimizer,
+            batch,
+            allowed=self.allowed,
+            loss_fn=self._setup.loss_fn,
+            config=self._setup.learner,
+            aggregate_fn=self._setup.aggregate_fn,
+            generator=self._shuffle,
+        )
+
+
+def rollout_dataproto(rollout: Rollout, sample_ids: Sequence[str], uids: Sequence[str]) -> Any:
+    """The rollout as verl's ``DataProto``: prompts, responses, masks, ``uid``, ``sample_id``."""
+    from verl import DataProto
+
+    return DataProto.from_dict(
+        tensors={
+            "prompts": rollout.prompts,
+            "responses": rollout.responses,
+            "input_ids": rollout.input_ids,
+            "attention_mask": rollout.attention_mask,
+            "position_ids": rollout.position_ids,
+            "response_mask": rollout.response_mask,
+            "old_log_probs": rollout.old_log_probs,
+        },
+        non_tensors={
+            "uid": np.array(list(uids), dtype=object),
+            "sample_id": np.array(list(sample_ids), dtype=object),
+        },
+    )
