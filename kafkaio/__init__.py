@@ -1,0 +1,79 @@
+"""The Kafka seam: the one place below ``rewardbus`` where aiokafka is used.
+
+Layout and import rules (DESIGN §3): ``kafkaio`` sits on the bottom floor beside
+``schemas`` and imports only ``schemas`` (and aiokafka, in :mod:`kafkaio.aio`
+alone). ``producers``, ``sandbox_workers`` and ``consumers`` talk to Kafka only
+through it, so their unit tests run on :class:`FakeBroker`; integration tests
+use the real broker.
+
+::
+
+    records.py     Record, TopicPartition, Delivery, TopicSpec/TopicInfo, client options
+    protocols.py   Producer, Consumer, Admin, Clients, RebalanceListener: what the code uses
+    aio.py         AioClients: those protocols over aiokafka (errors translated)
+    fake.py        FakeBroker: the same protocols in memory, for unit tests
+    lifecycle.py   Lifecycle (start/stop + async with), running(*parts)
+    topics.py      wait_for_topics, ensure_topic
+    produce.py     send_with_retries (bounded retries of retriable produce errors)
+    deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
+    table.py       CompactedTopicReader: a compacted topic as an in-memory table
+
+Errors (``reason`` says what failed; ``retriable`` whether trying again can help)::
+
+    KafkaIOError          the broker or the client failed
+    ├── ProduceError      a record was not acknowledged
+    ├── CommitFailed      an offset commit lost a race with a rebalance (not retriable)
+    └── TopicNotFound     topics did not appear within the wait (create them first)
+"""
+
+from kafkaio.aio import AioClients
+from kafkaio.deadletter import DeadLetterWriter
+from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError, TopicNotFound
+from kafkaio.fake import FakeAdmin, FakeBroker, FakeConsumer, FakeProducer
+from kafkaio.lifecycle import Lifecycle, running
+from kafkaio.produce import send_with_retries
+from kafkaio.protocols import Admin, Clients, Consumer, Producer, RebalanceListener, Startable
+from kafkaio.records import (
+    ConsumerOptions,
+    Delivery,
+    ProducerOptions,
+    Record,
+    TopicInfo,
+    TopicPartition,
+    TopicSpec,
+)
+from kafkaio.table import CompactedTopicReader, RecordHandler
+from kafkaio.topics import ensure_topic, wait_for_topics
+
+__all__ = [
+    "Admin",
+    "AioClients",
+    "Clients",
+    "CommitFailed",
+    "CompactedTopicReader",
+    "Consumer",
+    "ConsumerOptions",
+    "DeadLetterWriter",
+    "Delivery",
+    "FakeAdmin",
+    "FakeBroker",
+    "FakeConsumer",
+    "FakeProducer",
+    "KafkaIOError",
+    "Lifecycle",
+    "ProduceError",
+    "Producer",
+    "ProducerOptions",
+    "RebalanceListener",
+    "Record",
+    "RecordHandler",
+    "Startable",
+    "TopicInfo",
+    "TopicNotFound",
+    "TopicPartition",
+    "TopicSpec",
+    "ensure_topic",
+    "running",
+    "send_with_retries",
+    "wait_for_topics",
+]

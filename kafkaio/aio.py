@@ -1,0 +1,375 @@
+"""The seam over aiokafka: the only module of ours outside ``rewardbus`` that imports it.
+
+Each wrapper holds one aiokafka client and adds no await and no copy of a payload on
+the way: records are re-typed as :class:`~kafkaio.Record` (same bytes), partitions
+are aiokafka's own class, and aiokafka's exceptions become :class:`~kafkaio.KafkaIOError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    for_code,
+)
+from aiokafka.protocol.metadata import MetadataRequest
+
+from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError
+from kafkaio.lifecycle import Lifecycle
+from kafkaio.protocols import Headers, RebalanceListener
+from kafkaio.records import (
+    ConsumerOptions,
+    Delivery,
+    ProducerOptions,
+    Record,
+    TopicInfo,
+    TopicPartition,
+    TopicSpec,
+)
+from schemas import KafkaSettings
+
+__all__ = ["AioAdmin", "AioClients", "AioConsumer", "AioProducer"]
+
+_ASSIGNORS = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+
+
+def _error(exc: KafkaError, what: str, kind: type[KafkaIOError] = KafkaIOError) -> KafkaIOError:
+    return kind(f"{what} failed: {exc!r}", retriable=bool(getattr(exc, "retriable", False)))
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options that were set: None leaves aiokafka's default."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+class AioClients:
+    """Makes aiokafka-backed clients for the cluster ``settings`` names."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+
+    def producer(self, options: ProducerOptions) -> AioProducer:
+        """A producer, not started."""
+        return AioProducer(
+            AIOKafkaProducer(
+                **self.settings.client_kwargs(),
+                acks=options.acks,
+                enable_idempotence=options.idempotent,
+                linger_ms=options.linger_ms,
+                **_given(
+                    compression_type=options.compression,
+                    max_batch_size=options.max_batch_bytes,
+                    max_request_size=options.max_request_bytes,
+                    request_timeout_ms=options.request_timeout_ms,
+                ),
+            )
+        )
+
+    def consumer(self, options: ConsumerOptions) -> AioConsumer:
+        """A consumer, not started."""
+        return AioConsumer(
+            AIOKafkaConsumer(
+                **self.settings.client_kwargs(),
+                group_id=options.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest" if options.from_beginning else "latest",
+                isolation_level="read_committed" if options.read_committed else "read_uncommitted",
+                partition_assignment_strategy=(_ASSIGNORS[options.assignor],),
+                **_given(
+                    group_instance_id=options.group_instance_id,
+                    session_timeout_ms=options.session_timeout_ms,
+                    heartbeat_interval_ms=options.heartbeat_interval_ms,
+                    max_poll_records=options.max_poll_records,
+                    fetch_max_wait_ms=options.fetch_max_wait_ms,
+                    fetch_min_bytes=options.fetch_min_bytes,
+                ),
+            )
+        )
+
+    def admin(self) -> AioAdmin:
+        """An admin client, not started."""
+        return AioAdmin(AIOKafkaAdminClient(**self.settings.client_kwargs()))
+
+
+class AioProducer(Lifecycle):
+    """:class:`~kafkaio.Producer` over an ``AIOKafkaProducer``."""
+
+    def __init__(self, client: AIOKafkaProducer) -> None:
+        self._client = client
+
+    async def start(self) -> None:
+        """Connect."""
+        try:
+            await self._client.start()
+        except KafkaError as exc:
+            raise _error(exc, "producer start") from exc
+
+    async def stop(self) -> None:
+        """Flush what is queued and disconnect."""
+        try:
+            await self._client.stop()
+        except KafkaError as exc:
+            raise _error(exc, "producer stop") from exc
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = (),
+    ) -> asyncio.Future[Delivery]:
+        """Queue a record; the future resolves on its ack or fails with ProduceError."""
+        try:
+            sent = await self._client.send(
+                topic, value, key=key, partition=partition, headers=headers
+            )
+        except KafkaError as exc:  # refused before it was queued (e.g. larger than a request)
+            raise _error(exc, f"produce to {topic}", ProduceError) from exc
+        acked: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
+        sent.add_done_callback(lambda done: _settle(acked, done, topic))
+        return acked
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = (),
+    ) -> Delivery:
+        """Send a record and wait for its ack."""
+        try:
+            sent = await self._client.send(
+                topic, value, key=key, partition=partition, headers=headers
+            )
+            delivery: Delivery = await sent
+        except KafkaError as exc:
+            raise _error(exc, f"produce to {topic}", ProduceError) from exc
+        return delivery
+
+    async def partitions_for(self, topic: str) -> frozenset[int]:
+        """The partition ids of ``topic`` (waits for its metadata)."""
+        try:
+            return frozenset(await self._client.partitions_for(topic))
+        except KafkaError as exc:
+            raise _error(exc, f"metadata of {topic}") from exc
+
+
+def _settle(acked: asyncio.Future[Delivery], sent: asyncio.Future[Any], topic: str) -> None:
+    """Hand aiokafka's ack on, its error translated."""
+    if acked.done():
+        return
+    if sent.cancelled():
+        acked.cancel()
+        return
+    exc = sent.exception()
+    if exc is None:
+        acked.set_result(sent.result())
+    elif isinstance(exc, KafkaError):
+        acked.set_exception(_error(exc, f"produce to {topic}", ProduceError))
+    else:
+        acked.set_exception(exc)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka insists on its own listener class; this one hands the calls on."""
+
+    def __init__(self, listener: RebalanceListener) -> None:
+        self._listener = listener
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._listener.on_partitions_revoked(frozenset(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._listener.on_partitions_assigned(frozenset(assigned))
+
+
+class AioConsumer(Lifecycle):
+    """:class:`~kafkaio.Consumer` over an ``AIOKafkaConsumer``."""
+
+    def __init__(self, client: AIOKafkaConsumer) -> None:
+        self._client = client
+
+    async def start(self) -> None:
+        """Connect (and join the group, if subscribed with one)."""
+        try:
+            await self._client.start()
+        except KafkaError as exc:
+            raise _error(exc, "consumer start") from exc
+
+    async def stop(self) -> None:
+        """Leave the group (if any) and disconnect."""
+        try:
+            await self._client.stop()
+        except KafkaError as exc:
+            raise _error(exc, "consumer stop") from exc
+
+    def subscribe(
+        self, topics: Sequence[str], listener: RebalanceListener | None = None
+    ) -> None:
+        """Follow ``topics``."""
+        self._client.subscribe(
+            list(topics), listener=_Listener(listener) if listener is not None else None
+        )
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly ``partitions``."""
+        self._client.assign(list(partitions))
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions read now."""
+        return frozenset(self._client.assignment())
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Record]]:
+        """Fetched records, re-typed (the bytes are aiokafka's, not copied)."""
+        try:
+            fetched = await self._client.getmany(
+                *partitions, timeout_ms=timeout_ms, max_records=max_records
+            )
+        except KafkaError as exc:
+            raise _error(exc, "fetch") from exc
+        return {
+            tp: [
+                Record(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
+                for r in records
+            ]
+            for tp, records in fetched.items()
+        }
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching from ``partitions``."""
+        self._client.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch from ``partitions`` again."""
+        self._client.resume(*partitions)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit; CommitFailed when a rebalance took the partitions meanwhile."""
+        try:
+            await self._client.commit(dict(offsets))
+        except (CommitFailedError, IllegalStateError) as exc:
+            raise _error(exc, "offset commit", CommitFailed) from exc
+        except KafkaError as exc:
+            raise _error(exc, "offset commit") from exc
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset``."""
+        self._client.seek(partition, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Read ``partitions`` from their start."""
+        await self._call(self._client.seek_to_beginning(*partitions), "seek")
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Read only what comes next."""
+        await self._call(self._client.seek_to_end(*partitions), "seek")
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The next offset to be fetched from ``partition``."""
+        position: int = await self._call(self._client.position(partition), "position")
+        return position
+
+    async def beginning_offsets(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The first offset still held per partition."""
+        found: dict[TopicPartition, int] = await self._call(
+            self._client.beginning_offsets(list(partitions)), "beginning offsets"
+        )
+        return found
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The next offset to be written per partition."""
+        found: dict[TopicPartition, int] = await self._call(
+            self._client.end_offsets(list(partitions)), "end offsets"
+        )
+        return found
+
+    @staticmethod
+    async def _call(pending: Any, what: str) -> Any:
+        try:
+            return await pending
+        except KafkaError as exc:
+            raise _error(exc, what) from exc
+
+
+class AioAdmin(Lifecycle):
+    """:class:`~kafkaio.Admin` over an ``AIOKafkaAdminClient``."""
+
+    def __init__(self, client: AIOKafkaAdminClient) -> None:
+        self._client = client
+
+    async def start(self) -> None:
+        """Connect."""
+        try:
+            await self._client.start()
+        except KafkaError as exc:
+            raise _error(exc, "admin start") from exc
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        await self._client.close()
+
+    async def describe_topics(self, names: Sequence[str]) -> dict[str, TopicInfo]:
+        """Those of ``names`` that exist (with at least one partition)."""
+        # aiokafka's describe_topics asks for metadata allowing auto-creation: on a
+        # broker with auto.create.topics.enable, describing a missing topic would
+        # create it (with the default partition count). Ask without that.
+        request = MetadataRequest(list(names), allow_auto_topic_creation=False)
+        try:
+            described = (await self._client._send_request(request)).to_object()["topics"]
+        except KafkaError as exc:
+            raise _error(exc, "describe topics") from exc
+        return {
+            info["topic"]: TopicInfo(
+                info["topic"], len(info["partitions"]), len(info["partitions"][0]["replicas"])
+            )
+            for info in described
+            if info["error_code"] == 0 and info["partitions"]
+        }
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create the topics; those that exist already are left alone."""
+        wanted = [
+            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=dict(s.config))
+            for s in specs
+        ]
+        try:
+            response = await self._client.create_topics(wanted)
+        except KafkaError as exc:
+            raise _error(exc, "create topics") from exc
+        for name, code, *_ in response.topic_errors:
+            error = for_code(code)
+            if code != 0 and error is not TopicAlreadyExistsError:  # another process was first
+                raise _error(error(), f"creating topic {name}")
+
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        """Delete the topics."""
+        try:
+            await self._client.delete_topics(list(names))
+        except KafkaError as exc:
+            raise _error(exc, "delete topics") from exc
+
+    async def broker_count(self) -> int:
+        """How many brokers the cluster metadata lists."""
+        try:
+            cluster = await self._client.describe_cluster()
+        except KafkaError as exc:
+            raise _error(exc, "describe cluster") from exc
+        return len(cluster["brokers"])

@@ -1,0 +1,49 @@
+"""Waiting for topics, and creating one that may not exist yet."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from kafkaio.errors import TopicNotFound
+from kafkaio.protocols import Admin
+from kafkaio.records import TopicInfo, TopicSpec
+
+__all__ = ["ensure_topic", "wait_for_topics"]
+
+
+async def wait_for_topics(
+    admin: Admin, names: Sequence[str], *, timeout_s: float, poll_s: float = 0.05
+) -> dict[str, TopicInfo]:
+    """The topics, once every one of them is in the cluster metadata.
+
+    A topic that was just created takes a moment to propagate, and one that a
+    subscription names before it exists is noticed only at the next metadata
+    refresh (minutes): components wait here instead, bounded. Raises
+    :class:`~kafkaio.TopicNotFound` naming the absent ones after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await admin.describe_topics(names)
+        absent = [name for name in names if name not in found]
+        if not absent:
+            return found
+        if time.monotonic() >= deadline:
+            raise TopicNotFound(
+                f"topics do not exist after {timeout_s:g} s: {absent} (create them first)"
+            )
+        await asyncio.sleep(poll_s)
+
+
+async def ensure_topic(admin: Admin, spec: TopicSpec, *, timeout_s: float) -> TopicInfo:
+    """``spec``'s topic as it is in the cluster: created first when it is missing.
+
+    An existing topic is returned as it is (its partition count may differ from
+    ``spec``'s: callers that depend on it check).
+    """
+    found = await admin.describe_topics([spec.name])
+    if spec.name not in found:
+        await admin.create_topics([spec])
+        found = await wait_for_topics(admin, [spec.name], timeout_s=timeout_s)
+    return found[spec.name]
