@@ -161,11 +161,12 @@ async def fresh_kafka(bootstrap: str, phase: str, *, partitions: int = 4) -> Kaf
 
 @contextlib.asynccontextmanager
 async def workers(
-    kafka: KafkaSettings, count: int, *, cache_mb: int | None, tag: str
+    kafka: KafkaSettings, count: int, *, cache_mb: int | None, tag: str, concurrency: int = 1
 ) -> AsyncIterator[list[int]]:
     """``count`` worker processes, worker i pinned to its own CPU; logs in a temp dir.
 
     ``cache_mb=None`` keeps the worker's default result cache; 0 switches it off.
+    ``concurrency`` is each worker's executions at once (the worker's default is 1).
     """
     extra = [] if cache_mb is None else ["--result-cache-mb", str(cache_mb)]
     with tempfile.TemporaryDirectory(prefix=f"rewardbus-bench-{tag}-") as logs:
@@ -176,6 +177,7 @@ async def workers(
             cpus=cpus_for(count),
             extra_args=extra,
             worker_id_prefix=f"bench-{tag}",
+            concurrency=concurrency,
         )
         started = time.monotonic()
         async with worker_pool(kafka, options) as procs:

@@ -73,3 +73,21 @@ def test_bench_io_quick() -> None:
         for run in report["runs"][variant]:
             # keys are "<language>:<verdict>"; every solution is correct
             assert all(key.endswith(":accepted") for key in run["verdicts"]), run["verdicts"]
+
+
+@pytest.mark.timeout(180)
+def test_bench_verl_quick() -> None:
+    report = quick_run("bench_verl.py")
+    samples = report["samples"]
+    assert samples >= 40
+    for scorer in ("verl", "rewardbus"):
+        measured = report[scorer]
+        assert measured["samples"] == samples
+        # verl's reward loop starts run_single for every sample at once.
+        assert measured["max_run_single_in_flight"] == samples
+        assert measured["run_single_latency_ms"]["n"] == samples
+        assert measured["rewards_per_s"] > 0
+    rewardbus = report["rewardbus"]
+    assert rewardbus["cache_hits"] == 0  # every repeat is a distinct program
+    assert rewardbus["infra_failures"] == 0
+    assert set(report["ratios"]) == {"rewards_per_s", "p50_latency", "p99_latency"}
