@@ -43,13 +43,14 @@ from types import CodeType
 from typing import Any
 
 from producers import HumanEvalSample, humaneval_samples
-from sandbox_workers.cache import LocalResultCache, cacheable, to_cached, to_reward
+from sandbox_workers.cache_policy import cacheable, to_cached, to_reward
 from sandbox_workers.executor import Executor, ExecutorConfig
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.jail import JailConfig, JailSandbox
 from sandbox_workers.jail.config import PoolConfig
 from sandbox_workers.languages import discover_toolchains
+from sandbox_workers.result_cache import LocalResultCache
 from sandbox_workers.sandbox import BindMount, ExecRequest
 from schemas import RewardEvent, suite_digest
 

@@ -214,7 +214,7 @@ class FakeConsumer(Lifecycle):
     def __init__(self, broker: FakeBroker, options: ConsumerOptions) -> None:
         self._broker = broker
         self._options = options
-        self._group = options.group_id
+        self._group = self.group_id = options.group_id
         self._topics: tuple[str, ...] = ()
         self._listener: RebalanceListener | None = None
         self._assigned: frozenset[TopicPartition] = frozenset()

@@ -38,7 +38,7 @@ async def send_with_retries(
         except KafkaIOError as exc:
             if not exc.retriable or (attempts and tries >= attempts):
                 raise ProduceError(
-                    f"produce to {topic} failed after {tries} tries: {exc.reason}",
+                    f"{exc.reason} (gave up after {tries} {'try' if tries == 1 else 'tries'})",
                     retriable=False,
                 ) from exc
             log.warning("produce to %s failed (%s); retrying", topic, exc.reason)

@@ -33,6 +33,7 @@ from typing import Any
 from opentelemetry import trace
 
 from sandbox_workers.compile_cache import CompileCache
+from sandbox_workers.errors import SandboxWorkerError
 from sandbox_workers.extract import extract_code
 from sandbox_workers.judging.classify import tail_text
 from sandbox_workers.judging.harness import HarnessPlan, harness_languages
@@ -60,10 +61,8 @@ log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 
-class ExecutorError(Exception):
-    """Root of the executor's errors; ``retriable`` says whether trying again can help."""
-
-    retriable = False
+class ExecutorError(SandboxWorkerError):
+    """The executor's errors (a :class:`~sandbox_workers.errors.SandboxWorkerError`)."""
 
 
 class InvalidCompletion(ExecutorError):
@@ -71,10 +70,6 @@ class InvalidCompletion(ExecutorError):
 
     Not retriable: the same message will fail the same way on any worker.
     """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -200,7 +195,7 @@ class Executor:
             except SandboxFault as exc:
                 fault = exc
                 log.warning("sandbox fault (attempt %d/%d): %s", attempt, attempts, exc)
-                if not getattr(exc, "retriable", True):
+                if not exc.retriable:
                     # The host lacks something (a layer, the launcher): no retry helps.
                     break
         message = f"sandbox failed after {attempt} attempt(s): {fault}"

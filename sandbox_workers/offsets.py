@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -61,7 +61,7 @@ class OffsetTracker(Generic[P]):
             if partition in self._partitions:
                 self._partitions[partition].committed = offset
 
-    def forget(self, partitions: list[P]) -> None:
+    def forget(self, partitions: Iterable[P]) -> None:
         """Drop partitions that were revoked."""
         for partition in partitions:
             self._partitions.pop(partition, None)

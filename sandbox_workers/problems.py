@@ -10,8 +10,9 @@ Errors (``.reason`` says why; ``.retriable`` whether trying again can help)::
     ProblemError
     ├── ProblemNotFound     no inline tests and no such problem, even after catching up
     ├── DigestMismatch      the completion was written against another version of the suite
-    └── ProblemTableBehind  not loaded, and the table did not catch up in time (retriable:
-                            the worker tries again before it gives up on the completion)
+    └── ProblemTableBehind  not loaded, and the table did not catch up in time, or the
+                            broker failed (retriable: the worker tries again, then
+                            leaves the record to be redelivered)
 
 Memory: records are kept as their encoded bytes (msgpack is several times
 smaller than the decoded Python objects), plus a small LRU of decoded suites for
@@ -25,9 +26,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from types import TracebackType
 
-from sandbox_workers.cache import ByteLRU, CompactedTopicReader
+from kafkaio import AioClients, Clients, CompactedTopicReader, KafkaIOError, Lifecycle
+from sandbox_workers.errors import SandboxWorkerError
+from sandbox_workers.lru import ByteLRU
 from schemas import (
     Completion,
     KafkaSettings,
@@ -50,14 +52,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class ProblemError(Exception):
-    """A completion's test suite cannot be resolved. Never retriable: ``reason`` says why."""
-
-    retriable = False
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+class ProblemError(SandboxWorkerError):
+    """A completion's test suite cannot be resolved; ``reason`` says why."""
 
 
 class ProblemNotFound(ProblemError):
@@ -95,13 +91,14 @@ class _Stored:
     value: bytes
 
 
-class ProblemStore:
+class ProblemStore(Lifecycle):
     """Test suites by ``problem_id``, replayed from the problems topic.
 
     ``max_bytes`` budgets the encoded records (see the module doc);
     ``hot_bytes`` the decoded suites kept for reuse; ``lookup_timeout_s``
     bounds how long :meth:`resolve` waits for the table to catch up before it
-    declares a problem unknown.
+    declares a problem unknown. ``clients`` makes the Kafka clients (default:
+    aiokafka's for ``kafka``).
     """
 
     def __init__(
@@ -112,6 +109,7 @@ class ProblemStore:
         hot_bytes: int = 64 << 20,
         lookup_timeout_s: float = 10.0,
         metadata_timeout_s: float = 30.0,
+        clients: Clients | None = None,
     ) -> None:
         self.max_bytes = max_bytes
         self.lookup_timeout_s = lookup_timeout_s
@@ -119,7 +117,10 @@ class ProblemStore:
         self._records: dict[str, _Stored] = {}
         self._hot: ByteLRU[tuple[str, str], TestSuite] = ByteLRU(hot_bytes)
         self._reader = CompactedTopicReader(
-            kafka, kafka.topics.problems, self._load, metadata_timeout_s=metadata_timeout_s
+            clients or AioClients(kafka),
+            kafka.topics.problems,
+            self._load,
+            metadata_timeout_s=metadata_timeout_s,
         )
 
     async def start(self) -> None:
@@ -129,18 +130,6 @@ class ProblemStore:
     async def stop(self) -> None:
         """Stop following the topic."""
         await self._reader.stop()
-
-    async def __aenter__(self) -> ProblemStore:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def wait_caught_up(self, timeout_s: float) -> None:
         """Return once every record on the topic now is loaded (TimeoutError else)."""
@@ -193,19 +182,25 @@ class ProblemStore:
         stored = self._records.get(problem_id)
         if stored is not None and not refresh:
             return stored
-        try:
-            await self._reader.wait_caught_up(self.lookup_timeout_s)
-        except TimeoutError:
+        behind = await self._catch_up()
+        if behind is not None:
             if stored is not None:
                 return stored  # what we have is all we can know
-            raise ProblemTableBehind(
-                f"problem {problem_id!r} not loaded, and the problems table did not catch up "
-                f"within {self.lookup_timeout_s:g} s"
-            ) from None
+            raise ProblemTableBehind(f"problem {problem_id!r} not loaded: {behind}")
         stored = self._records.get(problem_id)
         if stored is None:
             raise ProblemNotFound(f"problem {problem_id!r} is not on {self._reader.topic}")
         return stored
+
+    async def _catch_up(self) -> str | None:
+        """Why the table could not catch up with the topic (bounded), or None once it has."""
+        try:
+            await self._reader.wait_caught_up(self.lookup_timeout_s)
+        except TimeoutError:
+            return f"the problems table did not catch up within {self.lookup_timeout_s:g} s"
+        except KafkaIOError as exc:
+            return f"the problems table cannot catch up: {exc.reason}"
+        return None
 
     def _suite(self, problem_id: str, stored: _Stored) -> TestSuite:
         # Keyed by digest too: an updated problem must never be served from the old suite.

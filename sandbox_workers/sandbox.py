@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from sandbox_workers.errors import SandboxWorkerError
+
 __all__ = ["BindMount", "ExecRequest", "ExecResult", "Sandbox", "SandboxFault"]
 
 
-class SandboxFault(RuntimeError):
-    """The sandbox itself failed (not the program). Always retriable."""
+class SandboxFault(SandboxWorkerError):
+    """The sandbox itself failed (not the program). Retriable unless a subclass says not."""
 
     retriable = True
 

@@ -4,6 +4,17 @@ decode → resolve tests → execute (bounded) → emit reward → mark offset d
 An input offset is committed only after the reward for it (or its dead letter)
 is acknowledged by the broker, so a crash redelivers and never loses; the
 aggregator dedups the rare duplicate.
+
+Failures (the tree: :mod:`sandbox_workers.errors`). Input that does not decode,
+names a foreign reply topic, or raises a non-retriable
+:class:`~sandbox_workers.errors.SandboxWorkerError` goes to the DLQ with the
+reason, and its offset moves on. A retriable one is tried again
+(``transient_attempts``); if it persists, it is never dead-lettered: the record
+stays uncommitted and the worker stops with the error, so the group redelivers
+the record. Anything else is a bug in our code: logged with its traceback, the
+worker stops the same way. Either stop drains the other in-flight records,
+commits what is done and leaves the group; :func:`run_worker` then raises the
+error (the CLI exits non-zero).
 """
 
 from __future__ import annotations
@@ -20,21 +31,32 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from sandbox_workers.cache import ClusterResultCache, LocalResultCache
+from kafkaio import (
+    AioClients,
+    Clients,
+    ConsumerOptions,
+    DeadLetterWriter,
+    KafkaIOError,
+    ProduceError,
+    ProducerOptions,
+    Record,
+    TopicPartition,
+    running,
+    send_with_retries,
+)
+from sandbox_workers.errors import SandboxWorkerError
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.languages import lookup
 from sandbox_workers.offsets import OffsetTracker
-from sandbox_workers.problems import ProblemStore, ProblemTableBehind
+from sandbox_workers.problems import ProblemStore
+from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
 from schemas import (
     CONTENT_TYPE,
     Completion,
-    DeadLetter,
     KafkaSettings,
     RewardEvent,
     SchemaError,
@@ -46,7 +68,13 @@ from schemas import (
     unpack_programs,
 )
 
-__all__ = ["CompletionRunner", "WorkerConfig", "WorkerStats", "run_worker"]
+__all__ = [
+    "CompletionRunner",
+    "RewardUndeliverable",
+    "WorkerConfig",
+    "WorkerStats",
+    "run_worker",
+]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -91,7 +119,8 @@ class WorkerConfig:
     produce_retry_backoff_s: float = 0.5
     # Retriable produce errors are retried this often before the input is dead-lettered.
     produce_attempts: int = 20
-    # Transient judging faults (the problems table behind) are tried this often.
+    # A retriable judging fault (the problems table behind) is tried this often before
+    # the worker gives the record back to the group (it stops, the record uncommitted).
     transient_attempts: int = 3
     fetch_max_wait_ms: int = 20
     result_cache_bytes: int = 256 << 20  # 0 disables the result cache
@@ -117,14 +146,25 @@ class WorkerStats:
     paused: int = 0
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+class RewardUndeliverable(SandboxWorkerError):
+    """A reward could not land: its topic refused it, or retriable errors outlasted the retries.
+
+    Not retriable (the retries are spent): the input goes to the DLQ with the reason,
+    so that one unreachable destination (a reply topic whose client is gone, a record
+    the topic refuses) does not pin its partition.
+    """
+
+
+class _Rebalance:
+    """The worker's :class:`~kafkaio.RebalanceListener`: drain and commit before partitions move."""
+
     def __init__(self, worker: _Worker) -> None:
         self._worker = worker
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self._worker.drain(list(revoked))
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        await self._worker.drain(revoked)
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
 
 
@@ -135,86 +175,107 @@ class _Worker:
         config: WorkerConfig,
         runner: CompletionRunner,
         stats: WorkerStats,
+        clients: Clients,
     ) -> None:
         self.kafka = kafka
         self.config = config
         self.runner = runner
         self.stats = stats
+        self.clients = clients
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.executions = asyncio.Semaphore(config.concurrency)
         self.slot_freed = asyncio.Event()
-        self.tasks: dict[asyncio.Task[None], TopicPartition] = {}
+        # Each record in flight, by the task judging it: (partition, offset).
+        self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}
         self.problems: ProblemStore | None = None
         self.cache: ClusterResultCache | None = None
+        # What stopped the worker (a persistent retriable fault, or a bug), raised by run().
+        self.failure: BaseException | None = None
+        self._stopping: asyncio.Future[None] | None = None
         self._last_commit = time.monotonic()
-        self.consumer = AIOKafkaConsumer(
-            **kafka.client_kwargs(),
-            group_id=config.group_id,
-            group_instance_id=config.group_instance_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            session_timeout_ms=config.session_timeout_ms,
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            max_poll_records=config.in_flight_limit,
-            # Partitions are paused whenever the in-flight limit is reached; after a
-            # resume the next fetch must not sit in a 500 ms (default) broker long-poll.
-            fetch_max_wait_ms=config.fetch_max_wait_ms,
+        self.consumer = clients.consumer(
+            ConsumerOptions(
+                group_id=config.group_id,
+                group_instance_id=config.group_instance_id,
+                session_timeout_ms=config.session_timeout_ms,
+                heartbeat_interval_ms=config.heartbeat_interval_ms,
+                max_poll_records=config.in_flight_limit,
+                # Partitions are paused whenever the in-flight limit is reached; after a
+                # resume the next fetch must not sit in a 500 ms (default) broker long-poll.
+                fetch_max_wait_ms=config.fetch_max_wait_ms,
+            )
         )
-        self.producer = AIOKafkaProducer(
-            **kafka.client_kwargs(),
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=1,
+        self.producer = clients.producer(
             # A dead letter carries the original record, which may be a multi-MB suite.
-            max_request_size=16 << 20,
+            ProducerOptions(acks="all", idempotent=True, linger_ms=1, max_request_bytes=16 << 20)
+        )
+        self.dead_letters = DeadLetterWriter(
+            self.producer, kafka.topics.dlq, service=f"sandbox-worker:{config.worker_id}"
         )
 
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
-        await self.producer.start()
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                self.problems = await stack.enter_async_context(
-                    ProblemStore(self.kafka, max_bytes=self.config.problem_store_bytes)
+        async with running(self.producer), contextlib.AsyncExitStack() as stack:
+            self.problems = await stack.enter_async_context(
+                ProblemStore(
+                    self.kafka, max_bytes=self.config.problem_store_bytes, clients=self.clients
                 )
-                if self.config.result_cache_bytes > 0:
-                    self.cache = await stack.enter_async_context(
-                        ClusterResultCache(
-                            self.kafka,
-                            LocalResultCache(self.config.result_cache_bytes),
-                            worker_id=self.config.worker_id,
-                            producer=self.producer,  # puts ride with the rewards
-                        )
+            )
+            if self.config.result_cache_bytes > 0:
+                self.cache = await stack.enter_async_context(
+                    ClusterResultCache(
+                        self.kafka,
+                        LocalResultCache(self.config.result_cache_bytes),
+                        worker_id=self.config.worker_id,
+                        producer=self.producer,  # puts ride with the rewards
+                        clients=self.clients,
                     )
-                await self._consume(shutdown, ready)
-        finally:
-            await self.producer.stop()
+                )
+            await self._consume(shutdown, ready)
+        if self.failure is not None:
+            raise self.failure
 
     async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.consumer.start()
         self.consumer.subscribe([self.kafka.topics.completions], listener=_Rebalance(self))
         if ready is not None:
             ready.set()
-        stop = asyncio.ensure_future(shutdown)
+        stopping = self._stopping = asyncio.get_running_loop().create_future()
+        told = asyncio.ensure_future(shutdown)
+        told.add_done_callback(lambda _: self._stop())
         try:
-            await self._fetch_loop(stop)
+            await self._fetch_loop(stopping)
         finally:
-            stop.cancel()
+            if told is not shutdown:  # our own wrapper, not the caller's future
+                told.cancel()
             await asyncio.shield(self._leave())
+
+    def _stop(self) -> None:
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the worker because of ``exc`` (the first such error is the one raised)."""
+        if self.failure is None:
+            self.failure = exc
+        self._stop()
 
     async def _leave(self) -> None:
         """Stop fetching, drain in-flight work within the deadline, commit, leave."""
         await self.drain(None)
         try:
             await self.consumer.stop()  # leaves the group so partitions move at once
-        except KafkaError:
+        except KafkaIOError:
             log.exception("consumer stop failed")
 
-    async def drain(self, partitions: list[TopicPartition] | None) -> None:
+    async def drain(self, partitions: frozenset[TopicPartition] | None) -> None:
         """Wait for in-flight records (of ``partitions``, or all), then commit."""
-        pending = [t for t, tp in self.tasks.items() if partitions is None or tp in partitions]
+        pending = [
+            task
+            for task, (tp, _offset) in self.tasks.items()
+            if partitions is None or tp in partitions
+        ]
         if pending:
             _done, late = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
             for task in late:  # their offsets stay uncommitted: another member redoes them
@@ -264,18 +325,29 @@ class _Worker:
         finally:
             self.consumer.resume(*[tp for tp in assigned if tp in self.consumer.assignment()])
 
-    def _start(self, tp: TopicPartition, record: Any) -> None:
+    def _start(self, tp: TopicPartition, record: Record) -> None:
         self.stats.consumed += 1
         self.tracker.started(tp, record.offset)
         task = asyncio.create_task(self._handle(tp, record))
-        self.tasks[task] = tp
+        self.tasks[task] = (tp, record.offset)
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self.tasks.pop(task, None)
+        tp, offset = self.tasks.pop(task, (None, -1))
         self.slot_freed.set()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("record handler failed", exc_info=task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if exc is None:
+            return
+        # The record was not marked done: it stays uncommitted, and the worker stops so
+        # that the group redelivers it instead of anyone dead-lettering good input.
+        where = f"{tp.topic}:{tp.partition}@{offset}" if tp is not None else "a record"
+        if isinstance(exc, SandboxWorkerError) and exc.retriable:
+            log.error("%s: %s persists; stopping, the record will be redelivered", where, exc)
+        else:
+            log.error(
+                "%s: judging failed; stopping, the record will be redelivered", where, exc_info=exc
+            )
+        self._fail(exc)
 
     async def commit(self) -> None:
         self._last_commit = time.monotonic()
@@ -285,15 +357,15 @@ class _Worker:
             return
         try:
             await self.consumer.commit(offsets)
-        except KafkaError as exc:  # a rebalance raced us; the new owner redoes the rest
-            log.warning("commit failed: %s", exc)
+        except KafkaIOError as exc:  # a rebalance raced us; the new owner redoes the rest
+            log.warning("commit failed: %s", exc.reason)
             return
         self.tracker.mark_committed(offsets)
 
     # -- one record ------------------------------------------------------------
 
-    async def _handle(self, tp: TopicPartition, record: Any) -> None:
-        attrs = {
+    async def _handle(self, tp: TopicPartition, record: Record) -> None:
+        attrs: dict[str, str | int] = {
             "messaging.system": "kafka",
             "messaging.operation.type": "process",
             "messaging.destination.name": record.topic,
@@ -313,8 +385,8 @@ class _Worker:
             # a cancelled execution stays uncommitted and is redone by the partition's next owner.
             self.tracker.done(tp, record.offset)
 
-    async def _judge(self, record: Any, span: trace.Span) -> None:
-        queue_ms = max(0.0, time.time() * 1000 - record.timestamp)
+    async def _judge(self, record: Record, span: trace.Span) -> None:
+        queue_ms = max(0.0, time.time() * 1000 - record.timestamp_ms)
         _queue_span(queue_ms)
         try:
             completion = decode(record.value, Completion)
@@ -341,7 +413,7 @@ class _Worker:
         )
 
     async def _judge_program(
-        self, record: Any, index: int, completion: Completion, queue_ms: float
+        self, record: Record, index: int, completion: Completion, queue_ms: float
     ) -> None:
         event = await self._execute(record, completion)
         if event is None:
@@ -358,22 +430,24 @@ class _Worker:
         topic = completion.reply_topic or self.kafka.topics.rewards
         try:
             await self._emit_reward(event, topic)
-        except _ProduceFailed as exc:
+        except RewardUndeliverable as exc:
             # The reward cannot land (a reply topic whose client is gone, a record the
             # topic refuses): the input goes to the DLQ with why, and its partition moves on.
-            await self._dead_letter(record, exc.reason, "ProduceFailed", "emit")
+            await self._dead_letter(record, exc.reason, type(exc).__name__, "emit")
 
-    async def _execute(self, record: Any, completion: Completion) -> RewardEvent | None:
-        """Judge (or answer from the cache); failures become dead letters."""
+    async def _execute(self, record: Record, completion: Completion) -> RewardEvent | None:
+        """Judge (or answer from the cache); input that cannot be judged becomes a dead letter.
+
+        Only our own errors are caught, and only a non-retriable one is dead-lettered
+        (the input's fault). A retriable one that outlasted its retries, and anything
+        that is not ours (a bug), propagate: the worker stops, the record uncommitted.
+        """
         try:
             event, hit = await self._judge_with_retries(completion)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # any failure becomes a dead letter, never a crash
-            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-            if getattr(exc, "retriable", True):
-                log.exception("judging %s failed", completion.sample_id)
-            await self._dead_letter(record, str(reason), type(exc).__name__, "execute")
+        except SandboxWorkerError as exc:
+            if exc.retriable:
+                raise
+            await self._dead_letter(record, exc.reason, type(exc).__name__, "execute")
             return None
         if hit:
             self.stats.cache_hits += 1
@@ -381,13 +455,14 @@ class _Worker:
         return event
 
     async def _judge_with_retries(self, completion: Completion) -> tuple[RewardEvent, bool]:
-        """A transient fault (the problems table behind) is tried again, a bounded number
-        of times, before it is let through to the dead-letter path."""
-        for attempt in range(1, self.config.transient_attempts + 1):
+        """A retriable fault (the problems table behind) is tried again, a bounded number
+        of times, before it is let through (to stop the worker: see the module doc)."""
+        attempts = max(self.config.transient_attempts, 1)
+        for attempt in range(1, attempts + 1):
             try:
                 return await self._judge_or_hit(completion)
-            except ProblemTableBehind as exc:
-                if attempt == self.config.transient_attempts:
+            except SandboxWorkerError as exc:
+                if not exc.retriable or attempt == attempts:
                     raise
                 log.warning("%s (attempt %d); trying again", exc.reason, attempt)
                 await asyncio.sleep(self.config.produce_retry_backoff_s * attempt)
@@ -435,7 +510,18 @@ class _Worker:
             attributes={"messaging.system": "kafka", "messaging.destination.name": topic},
         ):
             headers = inject_context([CONTENT_TYPE])
-            await self._produce(topic, encode(event), event.batch_id.encode(), headers)
+            try:
+                await send_with_retries(
+                    self.producer,
+                    topic,
+                    encode(event),
+                    key=event.batch_id.encode(),
+                    headers=headers,
+                    attempts=self.config.produce_attempts,
+                    backoff_s=self.config.produce_retry_backoff_s,
+                )
+            except ProduceError as exc:
+                raise RewardUndeliverable(exc.reason) from exc
         self.stats.rewarded += 1
         self.stats.verdicts[str(event.verdict)] += 1
         attrs: dict[str, str | bool] = {"verdict": str(event.verdict), "cache_hit": event.cache_hit}
@@ -445,65 +531,18 @@ class _Worker:
             _exec_ms.record(event.exec_ms, {"verdict": str(event.verdict)})
         _scores.record(event.score)
 
-    async def _dead_letter(self, record: Any, reason: str, error_type: str, stage: str) -> None:
-        letter = DeadLetter(
-            source_topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value or b"",
+    async def _dead_letter(self, record: Record, reason: str, error_type: str, stage: str) -> None:
+        # The input's offset waits on this record, and there is nowhere further to send
+        # it: retriable errors are retried for ever; any other stops the worker.
+        await self.dead_letters.write(
+            record,
             reason=reason,
             error_type=error_type,
             stage=stage,
-            service=f"sandbox-worker:{self.config.worker_id}",
-        )
-        log.warning(
-            "dead letter %s:%d@%d: %s", record.topic, record.partition, record.offset, reason
-        )
-        # The input's offset waits on this record, and there is nowhere further to send it.
-        await self._produce(
-            self.kafka.topics.dlq, encode(letter), record.key, [CONTENT_TYPE], attempts=0
+            backoff_s=self.config.produce_retry_backoff_s,
         )
         self.stats.dead_lettered += 1
         _dead_letters.add(1, {"stage": stage, "error_type": error_type})
-
-    async def _produce(
-        self,
-        topic: str,
-        value: bytes,
-        key: bytes | None,
-        headers: list[tuple[str, bytes]],
-        *,
-        attempts: int | None = None,
-    ) -> None:
-        """Produce and wait for the ack (the offset waits on it).
-
-        Retriable errors are retried ``attempts`` times (default: the config's), then
-        :class:`_ProduceFailed`; a non-retriable error raises it at once. ``attempts=0``
-        retries for ever: the dead-letter write, the last resort, uses that.
-        """
-        limit = self.config.produce_attempts if attempts is None else attempts
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                await self.producer.send_and_wait(topic, value, key=key, headers=headers)
-            except KafkaError as exc:
-                if not exc.retriable or (limit and tries >= limit):
-                    reason = f"produce to {topic} failed after {tries} tries: {exc!r}"
-                    raise _ProduceFailed(reason) from exc
-                log.warning("produce to %s failed (%s); retrying", topic, exc)
-                await asyncio.sleep(self.config.produce_retry_backoff_s)
-            else:
-                return
-
-
-class _ProduceFailed(Exception):
-    """A record could not be produced: a non-retriable error, or retries ran out."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _queue_span(queue_ms: float) -> None:
@@ -525,10 +564,19 @@ async def run_worker(
     shutdown: Awaitable[None],
     ready: asyncio.Event | None = None,
     stats: WorkerStats | None = None,
+    clients: Clients | None = None,
 ) -> WorkerStats:
-    """Consume completions and emit rewards until ``shutdown`` resolves, then drain and leave."""
+    """Consume completions and emit rewards until ``shutdown`` resolves, then drain and leave.
+
+    ``clients`` makes the Kafka clients (default: aiokafka's for ``kafka``; unit tests
+    pass a :class:`~kafkaio.FakeBroker`). Raises what stopped the worker early, after
+    it has drained, committed and left: a retriable
+    :class:`~sandbox_workers.errors.SandboxWorkerError` that outlasted its retries, a
+    dead letter the DLQ refused, or a bug; the records it had not finished are
+    redelivered to the group.
+    """
     stats = stats if stats is not None else WorkerStats()
-    worker = _Worker(kafka, config, runner, stats)
+    worker = _Worker(kafka, config, runner, stats, clients or AioClients(kafka))
     await worker.run(shutdown, ready)
     log.info(
         "worker %s done: consumed=%d rewarded=%d dead_lettered=%d cache_hits=%d",

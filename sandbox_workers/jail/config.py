@@ -1,8 +1,8 @@
 """What the jail is told (:class:`JailConfig`) and what it found (:class:`LayerStatus`).
 
-Errors, all :class:`~sandbox_workers.sandbox.SandboxFault` (infrastructure, retriable)::
+Errors (the whole tree: :mod:`sandbox_workers.errors`)::
 
-    SandboxFault
+    SandboxFault               infrastructure, retriable
     └── IsolationUnavailable   a required layer is missing (strict mode refuses to start)
 """
 

@@ -14,8 +14,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from rewardbus.topics import ensure_topics
-from sandbox_workers.cache import ClusterResultCache, LocalResultCache, to_cached
+from sandbox_workers.cache_policy import to_cached
 from sandbox_workers.fingerprint import fingerprint
+from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
 from schemas import (
     CachedResult,
     Completion,

@@ -6,14 +6,9 @@ import asyncio
 
 import pytest
 
-from sandbox_workers.cache import (
-    ByteLRU,
-    ClusterResultCache,
-    LocalResultCache,
-    cacheable,
-    to_cached,
-    to_reward,
-)
+from sandbox_workers.cache_policy import cacheable, to_cached, to_reward
+from sandbox_workers.lru import ByteLRU
+from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
 from schemas import (
     CachedResult,
     Completion,
