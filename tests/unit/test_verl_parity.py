@@ -67,6 +67,16 @@ def test_a_distinct_repeat_changes_the_program_both_judges_see(name: str) -> Non
     assert tagged.replace(f"# {TAG}\n", "") == response
 
 
+def test_every_repeat_of_the_shipped_set_is_a_program_of_its_own() -> None:
+    """bench_verl's repeats change the code a rewardbus worker runs: no cache hits."""
+    cases = load_cases(Path(__file__).resolve().parents[2] / "examples/verl/parity/cases.jsonl")
+    for case in cases:
+        program = rewardbus_program(case.response)
+        tagged = rewardbus_program(distinct_response(case.response, TAG))
+        if program is not None:
+            assert tagged is not None and tagged != program, case.case_id
+
+
 def test_the_comment_is_in_the_language_of_the_block() -> None:
     tagged = distinct_response("```cpp\nint main() {}\n```\n", TAG)
     assert tagged == f"```cpp\n// {TAG}\nint main() {{}}\n```\n"
