@@ -577,8 +577,30 @@ def max_subarray() -> Problem:
                 """
             ),
             "pass",
-            note="`from sys import stdout` binds the real stdout before prime_code captures it:"
-            " the answer goes past the judge",
+            note="fenced, the code starts with a blank line, which puts even the imports inside"
+            " prime_code's def code(), bound at call time to its captured streams (compare"
+            " the unfenced variant)",
+        ),
+        Variant(
+            "correct_unfenced_from_sys_import",
+            code(
+                """
+                from sys import stdin, stdout
+
+                n = int(stdin.readline())
+                a = list(map(int, stdin.readline().split()))
+                best = cur = a[0]
+                for x in a[1:]:
+                    cur = max(x, cur + x)
+                    best = max(best, cur)
+                stdout.write(str(best) + "\\n")
+                """
+            ),
+            "pass",
+            wrap="unfenced",
+            note="unfenced, the import is the program's first line: prime_code leaves it at"
+            " module level, so stdout is bound when the module loads, to the worker's real"
+            " stdout (/dev/null) instead of its capture: the answer is lost",
         ),
         Variant(
             "wrong",
@@ -1097,8 +1119,9 @@ def block_sums() -> Problem:
                 """
             ),
             "pass",
-            note="prime_code patches the real stdin's readline with a function returning lines"
-            " without their newline, so a blank line reads as '' (end of input)",
+            note="fenced, the code starts with a blank line, which puts even the imports inside"
+            " prime_code's def code(), bound at call time to its captured streams (compare"
+            " the unfenced variant)",
         ),
         Variant(
             "correct_for_line",
@@ -1135,8 +1158,9 @@ def block_sums() -> Problem:
                 """
             ),
             "pass",
-            note="`from sys import stdin` keeps the process's real stdin (empty under"
-            " prime_code), so the loop reads nothing",
+            note="fenced, the code starts with a blank line, which puts even the imports inside"
+            " prime_code's def code(), bound at call time to its captured streams (compare"
+            " the unfenced variant)",
         ),
         Variant(
             "wrong",

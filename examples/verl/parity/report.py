@@ -71,7 +71,8 @@ VERL_CAUSES = {
     "fence": "code is taken after ```python only: for ``` or ```py it runs the prose",
     "main-guard": "only a final `if __name__ == '__main__':` spelt that way is unwrapped",
     "def-code": "the top level is wrapped in def code(): `global` names no longer exist",
-    "from-sys": "`from sys import stdin/stdout` binds the real streams, not the captured ones",
+    "from-sys": "a first-line `from sys import stdout` binds prime_code's /dev/null stdout,"
+    " not its capture",
     "stringio": "stdin/stdout are StringIO objects: no .buffer",
     "open-shadowed": "the prefix's `from io import *` rebinds open past the mock: open(0)"
     " reads the worker's real stdin",
@@ -95,9 +96,7 @@ _VERL_KIND_CAUSE = {
     "correct_plain_fence": "fence",
     "correct_py_fence": "fence",
     "correct_global": "def-code",
-    "correct_from_sys_import": "from-sys",
-    "correct_readline_loop": "from-sys",
-    "correct_for_line_from_sys": "from-sys",
+    "correct_unfenced_from_sys_import": "from-sys",
     "correct_os_exit_after_flush": "in-process-exit",
     "correct_exit_builtin": "exit-none",
     "correct_quit_builtin": "exit-none",
