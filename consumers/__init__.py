@@ -6,6 +6,16 @@ them with the rollouts held for them (``consumers.verl_batch``, which needs the
 verl extra and is not imported here, turns a pair into a verl ``DataProto``);
 ``BatchAssembler``, ``grpo_advantages`` and ``plan_batch`` are the broker-free
 logic underneath.
+
+Errors: one root, :class:`ConsumerError` (``reason``, ``retriable``); the tree
+and what each means: :mod:`consumers.errors`::
+
+    ConsumerError
+    ├── AggregatorError             input topics missing or not co-partitioned
+    ├── InvalidMessageError         decoded, but cannot be aggregated → the DLQ
+    ├── ScoredBatchBufferFullError  get() had to hold too many other batches
+    ├── LearnerSourceFullError      hold() with max_in_flight rollouts already held
+    └── VerlInputError              a ground truth that is no test suite
 """
 
 from consumers.advantages import grpo_advantages
@@ -22,6 +32,7 @@ from consumers.assembler import (
 )
 from consumers.client import ScoredBatchBufferFullError, ScoredBatches
 from consumers.config import AggregatorConfig
+from consumers.errors import ConsumerError
 from consumers.learner import (
     BatchConverter,
     LearnerBatch,
@@ -46,6 +57,7 @@ __all__ = [
     "AssemblerLimits",
     "BatchAssembler",
     "BatchConverter",
+    "ConsumerError",
     "InvalidMessageError",
     "LearnerBatch",
     "LearnerCounters",

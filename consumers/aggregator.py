@@ -1,4 +1,4 @@
-"""The learner-side stream aggregator service (aiokafka, compacted state topic).
+"""The learner-side stream aggregator service (the kafkaio seam, a compacted state topic).
 
 One iteration: poll manifests and rewards → decode (undecodable → DLQ, acked) →
 feed the partition's :class:`BatchAssembler` → emit due batches to the scored topic
@@ -18,11 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import CommitFailedError, IllegalStateError
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -30,10 +26,23 @@ from consumers.assembler import BatchAssembler, InvalidMessageError, ReadyBatch,
 from consumers.config import AggregatorConfig
 from consumers.state_store import StateStore, prepare_topics
 from consumers.tracing import consume_attributes, link_to, traceparent_of
+from kafkaio import (
+    AioClients,
+    Clients,
+    CommitFailed,
+    Consumer,
+    ConsumerOptions,
+    DeadLetterWriter,
+    Delivery,
+    Producer,
+    ProducerOptions,
+    Record,
+    TopicPartition,
+    running,
+)
 from schemas import (
     CONTENT_TYPE,
     BatchManifest,
-    DeadLetter,
     KafkaSettings,
     RewardEvent,
     SchemaError,
@@ -55,6 +64,7 @@ async def run_aggregator(
     *,
     shutdown: Awaitable[None],
     ready: asyncio.Event | None = None,
+    clients: Clients | None = None,
 ) -> None:
     """Run the aggregator until ``shutdown`` resolves, then commit and leave the group.
 
@@ -62,51 +72,43 @@ async def run_aggregator(
     of its partitions. The manifests and rewards topics must exist (with equal
     partition counts); the state topic is created if missing. Cancelling the task
     stops at once without a final commit, as a crash would: the next instance
-    resumes from the persisted state and the committed offsets.
+    resumes from the persisted state and the committed offsets. ``clients`` makes the
+    Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
     """
-    await prepare_topics(kafka, wait_s=config.topic_wait_s)
-    producer = AIOKafkaProducer(
-        **kafka.client_kwargs(), acks="all", enable_idempotence=True, linger_ms=2
-    )
-    consumer = AIOKafkaConsumer(
-        **kafka.client_kwargs(),
-        group_id=config.group_id,
-        group_instance_id=config.group_instance_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        # Range keeps partition p of manifests and of rewards on the same member;
-        # the default round-robin assignor does not.
-        partition_assignment_strategy=(RangePartitionAssignor,),
-        session_timeout_ms=config.session_timeout_ms,
-        heartbeat_interval_ms=config.heartbeat_interval_ms,
-        max_poll_records=config.max_poll_records,
-        fetch_max_wait_ms=config.fetch_max_wait_ms,
-        fetch_min_bytes=config.fetch_min_bytes,
-    )
-    await producer.start()
-    try:
-        service = _Aggregator(kafka, config, consumer, producer)
-        consumer.subscribe(
-            [kafka.topics.manifests, kafka.topics.rewards], listener=_Rebalance(service)
+    clients = clients or AioClients(kafka)
+    await prepare_topics(kafka, wait_s=config.topic_wait_s, clients=clients)
+    producer = clients.producer(ProducerOptions(acks="all", idempotent=True, linger_ms=2))
+    consumer = clients.consumer(
+        ConsumerOptions(
+            group_id=config.group_id,
+            group_instance_id=config.group_instance_id,
+            # Range keeps partition p of manifests and of rewards on the same member;
+            # the default round-robin assignor does not.
+            assignor="range",
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            max_poll_records=config.max_poll_records,
+            fetch_max_wait_ms=config.fetch_max_wait_ms,
+            fetch_min_bytes=config.fetch_min_bytes,
         )
-        await consumer.start()
-        try:
-            await service.run(shutdown, ready)
-        finally:
-            await consumer.stop()  # leaves the group: partitions move at once
-    finally:
-        await producer.stop()
+    )
+    service = _Aggregator(kafka, config, consumer, producer, clients)
+    consumer.subscribe([kafka.topics.manifests, kafka.topics.rewards], listener=_Rebalance(service))
+    # Stopped in reverse: the consumer first, which leaves the group, so partitions move at once.
+    async with running(producer, consumer):
+        await service.run(shutdown, ready)
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class _Rebalance:
+    """The aggregator's :class:`~kafkaio.RebalanceListener`."""
+
     def __init__(self, service: _Aggregator) -> None:
         self._service = service
 
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
         await self._service.revoked(revoked)
 
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
         await self._service.assigned(assigned)
 
 
@@ -136,14 +138,16 @@ class _Aggregator:
         self,
         kafka: KafkaSettings,
         config: AggregatorConfig,
-        consumer: AIOKafkaConsumer,
-        producer: AIOKafkaProducer,
+        consumer: Consumer,
+        producer: Producer,
+        clients: Clients,
     ) -> None:
         self._topics = kafka.topics
         self._config = config
         self._consumer = consumer
         self._producer = producer
-        self._state = StateStore(kafka, producer)
+        self._letters = DeadLetterWriter(producer, kafka.topics.dlq, service=config.service_name)
+        self._state = StateStore(kafka, producer, clients)
         self._assemblers: dict[int, BatchAssembler] = {}
         # Held by each iteration and by the rebalance callbacks: a rebalance waits
         # for the iteration in progress to persist and commit.
@@ -178,7 +182,7 @@ class _Aggregator:
                 stop.cancel()
         self._log_summary()
 
-    async def revoked(self, revoked: set[TopicPartition]) -> None:
+    async def revoked(self, revoked: frozenset[TopicPartition]) -> None:
         # Iterations run under the lock, so once we hold it none is half done; the
         # flush makes everything processed durable and committed before the
         # partitions move. State stays in memory: if the partition comes back
@@ -187,7 +191,7 @@ class _Aggregator:
             log.info("revoked %s", sorted(f"{tp.topic}:{tp.partition}" for tp in revoked))
             await self._flush()
 
-    async def assigned(self, assigned: set[TopicPartition]) -> None:
+    async def assigned(self, assigned: frozenset[TopicPartition]) -> None:
         async with self._lock:
             wanted = {tp.partition for tp in assigned}
             gone = set(self._assemblers) - wanted
@@ -214,10 +218,10 @@ class _Aggregator:
 
     # -- one iteration -----------------------------------------------------------------
 
-    async def _process(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+    async def _process(self, fetched: dict[TopicPartition, list[Record]]) -> None:
         now = time.time()
         offsets: dict[TopicPartition, int] = {}
-        letters: list[asyncio.Future[Any]] = []
+        letters: list[asyncio.Future[Delivery]] = []
         for tp, records in fetched.items():
             assembler = self._assemblers.get(tp.partition)
             if assembler is None:
@@ -239,8 +243,8 @@ class _Aggregator:
         await self._commit(offsets)
 
     async def _handle(
-        self, record: Any, assembler: BatchAssembler, now: float
-    ) -> asyncio.Future[Any] | None:
+        self, record: Record, assembler: BatchAssembler, now: float
+    ) -> asyncio.Future[Delivery] | None:
         attributes = consume_attributes(record, self._config.group_id)
         is_manifest = record.topic == self._topics.manifests
         with tracer.start_as_current_span(
@@ -265,7 +269,7 @@ class _Aggregator:
         return None
 
     def _add_reward(
-        self, record: Any, assembler: BatchAssembler, now: float, span: trace.Span
+        self, record: Record, assembler: BatchAssembler, now: float, span: trace.Span
     ) -> None:
         reward = decode(record.value, RewardEvent)
         span.set_attribute("rewardbus.sample_id", reward.sample_id)
@@ -275,7 +279,7 @@ class _Aggregator:
         self._metrics.rewards.add(1, {"outcome": outcome.value})
 
     def _add_manifest(
-        self, record: Any, assembler: BatchAssembler, now: float, span: trace.Span
+        self, record: Record, assembler: BatchAssembler, now: float, span: trace.Span
     ) -> None:
         manifest = decode(record.value, BatchManifest)
         span.set_attribute("rewardbus.batch_id", manifest.batch_id)
@@ -284,27 +288,11 @@ class _Aggregator:
         self._metrics.manifests.add(1, {"outcome": outcome.value})
 
     async def _dead_letter(
-        self, record: Any, reason: str, error_type: str, stage: str
-    ) -> asyncio.Future[Any]:
-        log.warning(
-            "%s[%d]@%d to the DLQ: %s", record.topic, record.partition, record.offset, reason
-        )
-        letter = DeadLetter(
-            source_topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            reason=reason,
-            error_type=error_type,
-            stage=stage,
-            key=record.key,
-            value=record.value or b"",
-            service=self._config.service_name,
-        )
+        self, record: Record, reason: str, error_type: str, stage: str
+    ) -> asyncio.Future[Delivery]:
         self._metrics.dead_letters.add(1, {"stage": stage})
-        sent: asyncio.Future[Any] = await self._producer.send(
-            self._topics.dlq, encode(letter), key=record.key, headers=[CONTENT_TYPE]
-        )
-        return sent
+        # Not awaited here: the iteration gathers its letters' acks before it moves on.
+        return await self._letters.send(record, reason=reason, error_type=error_type, stage=stage)
 
     async def _emit_due(self, now: float) -> None:
         for assembler in self._assemblers.values():
@@ -360,10 +348,10 @@ class _Aggregator:
             return
         try:
             await self._consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
+        except CommitFailed as exc:
             # The group moved on; state is persisted, so the redelivery that follows
             # is absorbed by the sample_id dedup.
-            log.warning("offset commit skipped after a rebalance: %s", exc)
+            log.warning("offset commit skipped after a rebalance: %s", exc.reason)
 
     def _log_summary(self) -> None:
         for partition, assembler in sorted(self._assemblers.items()):

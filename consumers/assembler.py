@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from consumers.advantages import grpo_advantages
+from consumers.errors import ConsumerError
 from schemas import (
     AggregatorRecord,
     BatchManifest,
@@ -53,12 +54,8 @@ StateChange = tuple[bytes, AggregatorRecord | None]
 """A state-topic write: key and record, or None for a tombstone."""
 
 
-class InvalidMessageError(ValueError):
+class InvalidMessageError(ConsumerError):
     """A message that decoded but cannot be aggregated; it belongs in the DLQ."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class RewardOutcome(enum.StrEnum):

@@ -3,7 +3,8 @@
 Emission is at-least-once (an aggregator that crashes between producing a batch
 and recording it as emitted produces it again), so the client deduplicates by
 batch_id. Undecodable records are logged and skipped: the learner is not the
-place to repair the topic.
+place to repair the topic. A scored topic that does not exist within 30 s is
+:class:`~kafkaio.TopicNotFound`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Any, Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError, IllegalStateError
-
+from consumers.errors import ConsumerError
+from kafkaio import (
+    AioClients,
+    Clients,
+    CommitFailed,
+    Consumer,
+    ConsumerOptions,
+    Lifecycle,
+    Record,
+    TopicPartition,
+    running,
+    wait_for_topics,
+)
 from schemas import KafkaSettings, SchemaError, ScoredBatch, decode
 
 __all__ = ["ScoredBatchBufferFullError", "ScoredBatches"]
@@ -29,7 +37,7 @@ _POLL_MS = 200
 _TOPIC_WAIT_S = 30.0
 
 
-class ScoredBatchBufferFullError(RuntimeError):
+class ScoredBatchBufferFullError(ConsumerError):
     """``get`` had to hold more other batches than ``max_buffered`` while it waited.
 
     Not retriable as is: consume the other batches (iterate, or ``get`` them) or
@@ -37,7 +45,7 @@ class ScoredBatchBufferFullError(RuntimeError):
     """
 
 
-class ScoredBatches:
+class ScoredBatches(Lifecycle):
     """Scored batches from the scored topic, deduplicated by batch_id.
 
     Without ``group_id`` the client reads every partition on its own (from the
@@ -46,7 +54,8 @@ class ScoredBatches:
     not handed out yet, so a restarted learner gets again only what it had not had.
     Batches read while ``get`` waits for another one are buffered, at most
     ``max_buffered`` of them; batch ids handed out are remembered, at most
-    ``max_remembered`` of them (oldest forgotten first).
+    ``max_remembered`` of them (oldest forgotten first). ``clients`` makes the
+    Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
     """
 
     def __init__(
@@ -57,13 +66,15 @@ class ScoredBatches:
         from_beginning: bool = True,
         max_buffered: int = 1024,
         max_remembered: int = 100_000,
+        clients: Clients | None = None,
     ) -> None:
         self._kafka = kafka
+        self._clients = clients or AioClients(kafka)
         self._group_id = group_id
         self._from_beginning = from_beginning
         self._max_buffered = max_buffered
         self._max_remembered = max_remembered
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: Consumer | None = None
         # batch_id -> (partition, offset, batch), in arrival order.
         self._buffer: dict[str, tuple[TopicPartition, int, ScoredBatch]] = {}
         self._handed: dict[str, None] = {}
@@ -75,13 +86,9 @@ class ScoredBatches:
         topic = self._kafka.topics.scored
         # A subscription to a topic that does not exist yet would only notice it at
         # the next metadata refresh (minutes): wait for it here instead.
-        partitions = await _partitions(self._kafka, topic)
-        consumer = AIOKafkaConsumer(
-            **self._kafka.client_kwargs(),
-            group_id=self._group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest" if self._from_beginning else "latest",
-            isolation_level="read_committed",
+        partitions = await _partitions(self._clients, topic)
+        consumer = self._clients.consumer(
+            ConsumerOptions(group_id=self._group_id, from_beginning=self._from_beginning)
         )
         await consumer.start()
         if self._group_id is not None:
@@ -99,18 +106,6 @@ class ScoredBatches:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             await consumer.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # The timeout is part of the public API (callers wait for one batch at a time).
     async def get(self, batch_id: str, timeout: float | None = None) -> ScoredBatch:  # noqa: ASYNC109
@@ -166,7 +161,7 @@ class ScoredBatches:
                 self._accept(tp, record)
             self._consumed_to[tp] = records[-1].offset + 1
 
-    def _accept(self, tp: TopicPartition, record: Any) -> None:
+    def _accept(self, tp: TopicPartition, record: Record) -> None:
         try:
             batch = decode(record.value, ScoredBatch)
         except SchemaError as exc:
@@ -198,27 +193,20 @@ class ScoredBatches:
             return
         try:
             await self._running().commit(committable)
-        except (CommitFailedError, IllegalStateError) as exc:
+        except CommitFailed as exc:
             # The group rebalanced; the next owner re-reads from the last commit.
-            log.warning("scored-batch offset commit skipped: %s", exc)
+            log.warning("scored-batch offset commit skipped: %s", exc.reason)
 
-    def _running(self) -> AIOKafkaConsumer:
+    def _running(self) -> Consumer:
         if self._consumer is None:
             raise RuntimeError("ScoredBatches is not started (use start() or async with)")
         return self._consumer
 
 
-async def _partitions(kafka: KafkaSettings, topic: str) -> list[TopicPartition]:
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        deadline = time.monotonic() + _TOPIC_WAIT_S
-        while True:
-            (info,) = await admin.describe_topics([topic])
-            if info["error_code"] == 0 and info["partitions"]:
-                return [TopicPartition(topic, p["partition"]) for p in info["partitions"]]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {topic} does not exist (create it first)")
-            await asyncio.sleep(_POLL_MS / 1000)
-    finally:
-        await admin.close()
+async def _partitions(clients: Clients, topic: str) -> list[TopicPartition]:
+    admin = clients.admin()
+    async with running(admin):
+        found = await wait_for_topics(
+            admin, [topic], timeout_s=_TOPIC_WAIT_S, poll_s=_POLL_MS / 1000
+        )
+    return [TopicPartition(topic, p) for p in range(found[topic].partitions)]

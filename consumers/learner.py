@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from consumers.errors import ConsumerError
 from consumers.learner_plan import LearnerCounters, StalenessPolicy
 from schemas import ScoredBatch
 
@@ -65,7 +66,7 @@ class BatchConverter(Protocol[RolloutT_contra, DataT_co]):
         ...
 
 
-class LearnerSourceFullError(RuntimeError):
+class LearnerSourceFullError(ConsumerError):
     """``hold`` was called with ``max_in_flight`` rollouts already held.
 
     Not retriable as is: the rollout side must wait for a release (a

@@ -12,8 +12,9 @@ Each suite is published once per process to the compacted problems topic; the
 completions that share it (a GRPO group) only name it.
 
 Errors: none of its own. :meth:`RewardClient.score` raises ``TimeoutError`` when
-the reward does not come in time, and aiokafka's ``KafkaError`` when the broker
-refuses a publish; the caller decides what a sample without a reward scores.
+the reward does not come in time, and the seam's :class:`~kafkaio.KafkaIOError`
+when the broker refuses a publish (or the reply topic cannot be made); the caller
+decides what a sample without a reward scores.
 """
 
 from __future__ import annotations
@@ -25,21 +26,29 @@ import dataclasses
 import logging
 import os
 import socket
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Self
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from kafkaio import (
+    AioClients,
+    Clients,
+    Consumer,
+    ConsumerOptions,
+    KafkaIOError,
+    Lifecycle,
+    Producer,
+    ProducerOptions,
+    TopicPartition,
+    TopicSpec,
+    ensure_topic,
+    running,
+)
 from schemas import (
     CONTENT_TYPE,
     Completion,
@@ -97,16 +106,26 @@ class RewardClientStats:
     undecodable: int = 0
 
 
-class RewardClient:
-    """Publishes completions and hands each caller its own sample's ``RewardEvent``."""
+class RewardClient(Lifecycle):
+    """Publishes completions and hands each caller its own sample's ``RewardEvent``.
 
-    def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
+    ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: RewardClientConfig | None = None,
+        *,
+        clients: Clients | None = None,
+    ) -> None:
         self._kafka = kafka
+        self._clients = clients or AioClients(kafka)
         self.config = config or RewardClientConfig()
         self.reply_topic = kafka.topics.reply_topic(self.config.name)
         self.stats = RewardClientStats()
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[RewardEvent]] = {}
         self._problems: OrderedDict[str, asyncio.Future[None]] = OrderedDict()
@@ -117,23 +136,18 @@ class RewardClient:
     async def start(self) -> None:
         """Create the reply topic, start reading it from its start, connect the producer."""
         await self._create_reply_topic()
-        consumer = AIOKafkaConsumer(
-            **self._kafka.client_kwargs(),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            fetch_max_wait_ms=100,
-        )
+        consumer = self._clients.consumer(ConsumerOptions(fetch_max_wait_ms=100))
         await consumer.start()
         consumer.assign([TopicPartition(self.reply_topic, 0)])
         self._consumer = consumer
-        self._producer = AIOKafkaProducer(
-            **self._kafka.client_kwargs(),
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=2,
-            compression_type="lz4",
-            max_request_size=16 << 20,  # CodeContests-sized suites
+        self._producer = self._clients.producer(
+            ProducerOptions(
+                acks="all",
+                idempotent=True,
+                linger_ms=2,
+                compression="lz4",
+                max_request_bytes=16 << 20,  # CodeContests-sized suites
+            )
         )
         await self._producer.start()
         self._reader = asyncio.create_task(self._read_replies(consumer))
@@ -154,18 +168,6 @@ class RewardClient:
                 await client.stop()
         self._producer = self._consumer = None
         await self._delete_reply_topic()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- scoring ---------------------------------------------------------------
 
@@ -241,12 +243,12 @@ class RewardClient:
             )
         self.stats.published += 1
 
-    async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
+    async def _read_replies(self, consumer: Consumer) -> None:
         while True:
             try:
                 fetched = await consumer.getmany(timeout_ms=500)
-            except KafkaError as exc:  # a broker hiccup: the consumer reconnects by itself
-                log.warning("reading %s failed: %s", self.reply_topic, exc)
+            except KafkaIOError as exc:  # a broker hiccup: the consumer reconnects by itself
+                log.warning("reading %s failed: %s", self.reply_topic, exc.reason)
                 await asyncio.sleep(0.5)
                 continue
             for records in fetched.values():
@@ -270,55 +272,31 @@ class RewardClient:
     # -- the reply topic -------------------------------------------------------
 
     async def _create_reply_topic(self) -> None:
-        admin = AIOKafkaAdminClient(**self._kafka.client_kwargs())
-        await admin.start()
-        try:
+        admin = self._clients.admin()
+        async with running(admin):
             replication = self.config.reply_replication_factor
             if replication is None:
-                cluster = await admin.describe_cluster()
-                replication = min(3, max(1, len(cluster["brokers"])))
-            topic = NewTopic(
-                self.reply_topic,
-                1,
-                replication,
-                topic_configs={"retention.ms": str(_REPLY_RETENTION_MS)},
+                replication = min(3, max(1, await admin.broker_count()))
+            spec = TopicSpec(
+                self.reply_topic, 1, replication, {"retention.ms": str(_REPLY_RETENTION_MS)}
             )
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([topic])
-            await _wait_for_topic(admin, self.reply_topic, self.config.topic_wait_s)
-        finally:
-            await admin.close()
+            await ensure_topic(admin, spec, timeout_s=self.config.topic_wait_s)
 
     async def _delete_reply_topic(self) -> None:
-        admin = AIOKafkaAdminClient(**self._kafka.client_kwargs())
         try:
-            await admin.start()
-            await admin.delete_topics([self.reply_topic])
-        except KafkaError as exc:  # retention empties it anyway
-            log.warning("could not delete reply topic %s: %s", self.reply_topic, exc)
-        finally:
-            await admin.close()
+            await _delete_topics(self._clients, [self.reply_topic])
+        except KafkaIOError as exc:  # retention empties it anyway
+            log.warning("could not delete reply topic %s: %s", self.reply_topic, exc.reason)
 
     @property
     def running(self) -> bool:
         """Started and not stopped."""
         return self._producer is not None
 
-    def _running(self) -> AIOKafkaProducer:
+    def _running(self) -> Producer:
         if self._producer is None:
             raise RuntimeError("RewardClient is not started (use start() or async with)")
         return self._producer
-
-
-async def _wait_for_topic(admin: AIOKafkaAdminClient, topic: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        (info,) = await admin.describe_topics([topic])
-        if info["error_code"] == 0 and info["partitions"]:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reply topic {topic} did not appear within {timeout_s} s")
-        await asyncio.sleep(0.05)
 
 
 class SharedRewardClients:
@@ -326,13 +304,20 @@ class SharedRewardClients:
 
     verl builds reward managers per Ray actor and calls ``compute_score`` as a plain
     function, so the client they share has to live beside them, not inside one of
-    them. aiokafka clients belong to the loop that started them, hence one per loop.
+    them. Kafka clients belong to the loop that started them, hence one per loop.
     Reply topics left at exit are deleted then (and expire anyway if the process is
     killed).
     """
 
-    def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: RewardClientConfig | None = None,
+        *,
+        clients: Clients | None = None,
+    ) -> None:
         self._kafka = kafka
+        self._connect = clients or AioClients(kafka)
         self._config = config or RewardClientConfig()
         self._clients: dict[asyncio.AbstractEventLoop, asyncio.Future[RewardClient]] = {}
         self._exit_hook = False
@@ -358,7 +343,7 @@ class SharedRewardClients:
         self._started += 1
         suffix = "" if self._started == 1 else f"-{self._started}"
         config = dataclasses.replace(self._config, name=self._config.name + suffix)
-        client = RewardClient(self._kafka, config)
+        client = RewardClient(self._kafka, config, clients=self._connect)
         await client.start()
         if not self._exit_hook:
             atexit.register(self._delete_reply_topics)
@@ -374,16 +359,13 @@ class SharedRewardClients:
         ]
         if topics:
             with contextlib.suppress(Exception):  # best effort at exit; retention is the backstop
-                asyncio.run(_delete_topics(self._kafka, topics))
+                asyncio.run(_delete_topics(self._connect, topics))
 
 
-async def _delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
+async def _delete_topics(clients: Clients, topics: list[str]) -> None:
+    admin = clients.admin()
+    async with running(admin):
         await admin.delete_topics(topics)
-    finally:
-        await admin.close()
 
 
 # Process-wide, by design: verl calls a custom compute_score as a plain function

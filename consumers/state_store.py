@@ -9,17 +9,24 @@ so an instance assigned input partition ``p`` restores exactly state partition
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Iterable
-from typing import Any
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 
 from consumers.assembler import StateChange
+from consumers.errors import ConsumerError
+from kafkaio import (
+    Clients,
+    Consumer,
+    ConsumerOptions,
+    Delivery,
+    Producer,
+    TopicNotFound,
+    TopicPartition,
+    TopicSpec,
+    ensure_topic,
+    running,
+    wait_for_topics,
+)
 from schemas import AggregatorRecord, KafkaSettings, SchemaError, decode_state, encode_state
 
 __all__ = ["AggregatorError", "StateStore", "prepare_topics"]
@@ -32,77 +39,54 @@ _STATE_TOPIC_CONFIG = {
     # read compacted state rather than a day of history.
     "segment.ms": str(3600 * 1000),
 }
-_TOPIC_POLL_S = 0.1
 _RESTORE_POLL_MS = 200
+# Restores read the state topic as written (it is never written in a transaction).
+_READER = ConsumerOptions(read_committed=False)
 
 
-class AggregatorError(RuntimeError):
+class AggregatorError(ConsumerError):
     """A deployment problem the aggregator cannot work around (not retriable as is)."""
 
 
-async def prepare_topics(kafka: KafkaSettings, *, wait_s: float) -> int:
+async def prepare_topics(kafka: KafkaSettings, *, wait_s: float, clients: Clients) -> int:
     """Check that manifests and rewards are co-partitioned; make sure the state topic exists.
 
     Returns the shared partition count. The state topic is created (compacted, with
     that partition count) when missing; an existing one must have the same count.
     """
     topics = kafka.topics
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        described = await _wait_for_topics(admin, [topics.manifests, topics.rewards], wait_s)
-        counts = {name: len(info["partitions"]) for name, info in described.items()}
-        if counts[topics.manifests] != counts[topics.rewards]:
+    admin = clients.admin()
+    async with running(admin):
+        try:
+            found = await wait_for_topics(
+                admin, [topics.manifests, topics.rewards], timeout_s=wait_s
+            )
+        except TopicNotFound as exc:
+            raise AggregatorError(exc.reason) from exc
+        manifests, rewards = found[topics.manifests], found[topics.rewards]
+        if manifests.partitions != rewards.partitions:
             raise AggregatorError(
-                f"{topics.manifests} has {counts[topics.manifests]} partitions and "
-                f"{topics.rewards} has {counts[topics.rewards]}: they must be co-partitioned "
+                f"{topics.manifests} has {manifests.partitions} partitions and "
+                f"{topics.rewards} has {rewards.partitions}: they must be co-partitioned "
                 "(equal counts) so that one instance sees everything about a batch"
             )
-        partitions = counts[topics.rewards]
-        replicas = len(described[topics.rewards]["partitions"][0]["replicas"])
-        await _ensure_state_topic(admin, topics.aggregator_state, partitions, replicas)
-        return partitions
-    finally:
-        await admin.close()
-
-
-async def _wait_for_topics(
-    admin: AIOKafkaAdminClient, names: list[str], wait_s: float
-) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + wait_s
-    while True:
-        described = {info["topic"]: info for info in await admin.describe_topics(names)}
-        absent = [name for name in names if described[name]["error_code"] != 0]
-        if not absent:
-            return described
-        if time.monotonic() > deadline:
-            raise AggregatorError(f"topics do not exist: {absent} (create them first)")
-        await asyncio.sleep(_TOPIC_POLL_S)
-
-
-async def _ensure_state_topic(
-    admin: AIOKafkaAdminClient, name: str, partitions: int, replicas: int
-) -> None:
-    (info,) = await admin.describe_topics([name])
-    if info["error_code"] != 0:
-        with contextlib.suppress(TopicAlreadyExistsError):  # another instance was first
-            await admin.create_topics(
-                [NewTopic(name, partitions, replicas, topic_configs=_STATE_TOPIC_CONFIG)]
-            )
-        await _wait_for_topics(admin, [name], wait_s=30.0)
-        (info,) = await admin.describe_topics([name])
-    if len(info["partitions"]) != partitions:
-        raise AggregatorError(
-            f"state topic {name} has {len(info['partitions'])} partitions, the input topics "
-            f"{partitions}: state partition p must hold the state of input partition p"
+        spec = TopicSpec(
+            topics.aggregator_state, rewards.partitions, rewards.replicas, _STATE_TOPIC_CONFIG
         )
+        state = await ensure_topic(admin, spec, timeout_s=30.0)
+    if state.partitions != rewards.partitions:
+        raise AggregatorError(
+            f"state topic {state.name} has {state.partitions} partitions, the input topics "
+            f"{rewards.partitions}: state partition p must hold the state of input partition p"
+        )
+    return rewards.partitions
 
 
 class StateStore:
     """Writes state changes and reads a partition's state back."""
 
-    def __init__(self, kafka: KafkaSettings, producer: AIOKafkaProducer) -> None:
-        self._kafka = kafka
+    def __init__(self, kafka: KafkaSettings, producer: Producer, clients: Clients) -> None:
+        self._clients = clients
         self._topic = kafka.topics.aggregator_state
         self._producer = producer
         # Next offset after our own last write (or restore) per partition: if the
@@ -111,7 +95,7 @@ class StateStore:
 
     async def persist(self, changes: dict[int, list[StateChange]]) -> None:
         """Write the changes of each partition and wait until all are acknowledged."""
-        pending: list[tuple[int, asyncio.Future[object]]] = []
+        pending: list[tuple[int, asyncio.Future[Delivery]]] = []
         for partition, writes in changes.items():
             for key, record in writes:
                 value = None if record is None else encode_state(record)
@@ -119,10 +103,7 @@ class StateStore:
                 pending.append((partition, sent))
         for partition, sent in pending:
             metadata = await sent
-            self._our_end[partition] = max(
-                self._our_end.get(partition, 0),
-                metadata.offset + 1,  # type: ignore[attr-defined]
-            )
+            self._our_end[partition] = max(self._our_end.get(partition, 0), metadata.offset + 1)
 
     async def unchanged(self, partitions: Iterable[int]) -> set[int]:
         """Those of ``partitions`` whose state nobody but us wrote since we last did."""
@@ -139,14 +120,9 @@ class StateStore:
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
-        consumer = AIOKafkaConsumer(
-            **self._kafka.client_kwargs(), enable_auto_commit=False, group_id=None
-        )
-        await consumer.start()
-        try:
+        consumer = self._clients.consumer(_READER)
+        async with running(consumer):
             latest = await asyncio.wait_for(_read_to_end(consumer, self._topic, wanted), timeout_s)
-        finally:
-            await consumer.stop()
         restored: dict[int, list[AggregatorRecord]] = {}
         for partition, (values, end) in latest.items():
             restored[partition] = _decode_all(partition, values.values())
@@ -159,18 +135,14 @@ class StateStore:
             self._our_end.pop(partition, None)
 
     async def _end_offsets(self, partitions: list[int]) -> dict[int, int]:
-        consumer = AIOKafkaConsumer(**self._kafka.client_kwargs(), group_id=None)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(self._topic, p) for p in partitions]
-            ends = await consumer.end_offsets(tps)
-        finally:
-            await consumer.stop()
+        consumer = self._clients.consumer(_READER)
+        async with running(consumer):
+            ends = await consumer.end_offsets([TopicPartition(self._topic, p) for p in partitions])
         return {tp.partition: offset for tp, offset in ends.items()}
 
 
 async def _read_to_end(
-    consumer: AIOKafkaConsumer, topic: str, partitions: list[int]
+    consumer: Consumer, topic: str, partitions: list[int]
 ) -> dict[int, tuple[dict[bytes, bytes], int]]:
     tps = [TopicPartition(topic, p) for p in partitions]
     consumer.assign(tps)
@@ -184,7 +156,7 @@ async def _read_to_end(
         for tp, records in fetched.items():
             values = latest[tp.partition]
             for record in records:
-                if record.offset >= ends[tp]:
+                if record.offset >= ends[tp] or record.key is None:  # only we write it: keyed
                     continue
                 if record.value is None:
                     values.pop(record.key, None)

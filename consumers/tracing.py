@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from kafkaio import Record
 
 __all__ = ["consume_attributes", "link_to", "traceparent_of"]
 
@@ -28,7 +28,7 @@ def link_to(traceparent: str) -> Link | None:
     return Link(context) if _valid(context) else None
 
 
-def consume_attributes(record: Any, group_id: str) -> dict[str, Any]:
+def consume_attributes(record: Record, group_id: str) -> dict[str, str | int]:
     """Messaging semantic-convention attributes of one consumed record."""
     return {
         "messaging.system": "kafka",

@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from aiokafka.errors import KafkaError
 from opentelemetry import metrics
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -48,6 +47,7 @@ from consumers.verl_tasks import (
     reward_result,
     task_from_verl,
 )
+from kafkaio import KafkaIOError
 from schemas import KafkaSettings, Topics, Verdict
 
 __all__ = ["RewardbusRewardManager", "compute_score", "score_sample"]
@@ -109,8 +109,8 @@ async def score_sample(
     except TimeoutError:
         log.warning("no reward within %.0f s (%s)", settings.sample_timeout_s, data_source)
         return _counted(failure_result("timeout", settings, timed_out=True))
-    except KafkaError as exc:
-        log.warning("publishing a %s sample failed: %r", data_source, exc)
+    except KafkaIOError as exc:
+        log.warning("publishing a %s sample failed: %s", data_source, exc.reason)
         return _counted(failure_result(str(Verdict.SANDBOX_ERROR), settings, timed_out=False))
     return _counted(reward_result(event, settings))
 

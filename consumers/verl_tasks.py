@@ -20,11 +20,13 @@ verl users' code datasets already carry, unchanged:
 A response with no Markdown fence is the program itself, as in verl's
 ``prime_code``; otherwise the worker takes the last fenced block in the language.
 ``extra_info["language"]`` names the language (default Python);
+``extra_info["compare"]`` / ``["float_tolerance"]`` how stdout is compared;
 ``extra_info["time_limit_s"]`` / ``["memory_limit_mb"]`` override the limits.
 
 Errors::
 
-    VerlInputError   the ground truth is not a test suite we understand (not retriable)
+    VerlInputError   the ground truth is not a test suite we understand (not retriable;
+                     a ConsumerError, see consumers.errors)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from consumers.errors import ConsumerError
 from schemas import (
     AssertSuite,
     Completion,
@@ -86,17 +89,11 @@ SETTING_KEYS = frozenset(
 )  # fmt: skip
 
 
-class VerlInputError(ValueError):
+class VerlInputError(ConsumerError):
     """A sample whose ground truth is no test suite rewardbus understands.
 
     Not retriable: the sample gets the failure score, flagged, and is counted.
     """
-
-    retriable = False
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -181,7 +178,7 @@ def task_from_verl(
     it. Raises :class:`VerlInputError` for a ground truth that is no suite.
     """
     info = extra_info or {}
-    suite = suite_from_ground_truth(ground_truth)
+    suite = suite_from_ground_truth(ground_truth, info)
     digest = suite_digest(suite)
     problem_id = "verl-" + digest.removeprefix("sha256:")[:32]
     completion = Completion(
@@ -203,8 +200,14 @@ def task_from_verl(
     return VerlTask(completion, ProblemRecord(problem_id=problem_id, digest=digest, tests=suite))
 
 
-def suite_from_ground_truth(ground_truth: Any) -> TestSuite:
-    """The test suite a verl ground truth describes (see the module docstring)."""
+def suite_from_ground_truth(
+    ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+) -> TestSuite:
+    """The test suite a verl ground truth describes (see the module docstring).
+
+    ``extra_info["compare"]`` (``exact | tokens | float``) and
+    ``["float_tolerance"]`` choose how stdout is compared (default: tokens).
+    """
     spec = _plain(ground_truth)
     if isinstance(spec, str):
         try:
@@ -214,7 +217,7 @@ def suite_from_ground_truth(ground_truth: Any) -> TestSuite:
     if not isinstance(spec, dict):
         raise VerlInputError(f"ground_truth is a {type(spec).__name__}, not a test suite object")
     if "inputs" in spec or "outputs" in spec:
-        return _io_suite(spec)
+        return _io_suite(spec, extra_info or {})
     if "test_list" in spec:
         return _mbpp_suite(spec)
     if "test" in spec:
@@ -267,7 +270,7 @@ def failure_result(
 # -- the suite shapes ---------------------------------------------------------------
 
 
-def _io_suite(spec: dict[str, Any]) -> IoSuite:
+def _io_suite(spec: dict[str, Any], info: Mapping[str, Any]) -> IoSuite:
     inputs, outputs = spec.get("inputs"), spec.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise VerlInputError("input_output needs lists 'inputs' and 'outputs'")
@@ -275,15 +278,26 @@ def _io_suite(spec: dict[str, Any]) -> IoSuite:
         raise VerlInputError(f"input_output has {len(inputs)} inputs but {len(outputs)} outputs")
     if not inputs:
         raise VerlInputError("input_output has no test cases")
+    compare = info.get("compare", "tokens")
+    if compare not in ("exact", "tokens", "float"):
+        raise VerlInputError(f"extra_info compare {compare!r} is not exact, tokens or float")
+    tolerance = float(info.get("float_tolerance", 1e-6))
     fn_name = spec.get("fn_name")
     if fn_name is None or fn_name == "":
-        return IoSuite(inputs=[_text(i) for i in inputs], outputs=[_text(o) for o in outputs])
+        return IoSuite(
+            inputs=[_text(i) for i in inputs],
+            outputs=[_text(o) for o in outputs],
+            compare=compare,
+            float_tolerance=tolerance,
+        )
     if not isinstance(fn_name, str) or not fn_name.isidentifier():
         raise VerlInputError(f"fn_name {fn_name!r} is not an identifier")
     return IoSuite(
         inputs=[_call_args(i, n) for n, i in enumerate(inputs)],
         outputs=[_json_value(o, n) for n, o in enumerate(outputs)],
         fn_name=fn_name,
+        compare=compare,
+        float_tolerance=tolerance,
     )
 
 

@@ -98,7 +98,7 @@ class ProblemStore(Lifecycle):
     ``hot_bytes`` the decoded suites kept for reuse; ``lookup_timeout_s``
     bounds how long :meth:`resolve` waits for the table to catch up before it
     declares a problem unknown. ``clients`` makes the Kafka clients (default:
-    aiokafka's for ``kafka``).
+    :class:`~kafkaio.AioClients` for ``kafka``).
     """
 
     def __init__(

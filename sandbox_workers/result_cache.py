@@ -88,8 +88,8 @@ class ClusterResultCache(Lifecycle):
     (the worker passes its reward producer: a put then usually travels in the
     same produce request as the reward it belongs to, instead of one of its own).
     Otherwise the cache runs its own, with ``linger_ms``. ``clients`` makes the
-    Kafka clients (default: aiokafka's for ``kafka``; a :class:`~kafkaio.FakeBroker`
-    in unit tests).
+    Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``; a
+    :class:`~kafkaio.FakeBroker` in unit tests).
 
     Puts linger up to ``linger_ms`` and the reader's fetches wait up to
     ``fetch_max_wait_ms`` to batch: answering every put with its own produce and

@@ -568,8 +568,9 @@ async def run_worker(
 ) -> WorkerStats:
     """Consume completions and emit rewards until ``shutdown`` resolves, then drain and leave.
 
-    ``clients`` makes the Kafka clients (default: aiokafka's for ``kafka``; unit tests
-    pass a :class:`~kafkaio.FakeBroker`). Raises what stopped the worker early, after
+    ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for
+    ``kafka``; unit tests pass a :class:`~kafkaio.FakeBroker`). Raises what stopped the
+    worker early, after
     it has drained, committed and left: a retriable
     :class:`~sandbox_workers.errors.SandboxWorkerError` that outlasted its retries, a
     dead letter the DLQ refused, or a bug; the records it had not finished are
