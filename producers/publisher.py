@@ -1,19 +1,30 @@
-"""The trainer-side publisher: completions, batch manifests and shared test suites."""
+"""The trainer-side publisher: completions, batch manifests and shared test suites.
+
+A record the broker does not take is :class:`~producers.errors.PublishError`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from kafkaio import (
+    AioClients,
+    Clients,
+    Delivery,
+    KafkaIOError,
+    Lifecycle,
+    Producer,
+    ProducerOptions,
+)
+from producers.errors import PublishError
 from schemas import (
     CONTENT_TYPE,
     BatchManifest,
@@ -47,17 +58,26 @@ class ProducerConfig:
     affinity_entries: int = 65_536
 
 
-class RolloutProducer:
+class RolloutProducer(Lifecycle):
     """Publishes completions (key ``sample_id``), manifests (key ``batch_id``) and problems.
 
     Each completion starts the sample's trace: the ``publish completion`` span's
     context travels in the record headers to the sandbox worker and the aggregator.
+    ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for
+    ``kafka``).
     """
 
-    def __init__(self, kafka: KafkaSettings, config: ProducerConfig | None = None) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        config: ProducerConfig | None = None,
+        *,
+        clients: Clients | None = None,
+    ) -> None:
         self._kafka = kafka
+        self._clients = clients or AioClients(kafka)
         self._config = config or ProducerConfig()
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: Producer | None = None
         self._partitions: list[int] = []
         self._turn = 0
         self._affinity: OrderedDict[bytes, int] = OrderedDict()
@@ -65,17 +85,20 @@ class RolloutProducer:
     async def start(self) -> None:
         """Connect to the cluster."""
         cfg = self._config
-        self._producer = AIOKafkaProducer(
-            **self._kafka.client_kwargs(),
-            acks="all",
-            enable_idempotence=True,
-            compression_type=cfg.compression,
-            linger_ms=cfg.linger_ms,
-            max_batch_size=cfg.max_batch_bytes,
-            request_timeout_ms=cfg.request_timeout_ms,
-            max_request_size=cfg.max_request_size,
+        producer = self._clients.producer(
+            ProducerOptions(
+                acks="all",
+                idempotent=True,
+                compression=cfg.compression,
+                linger_ms=cfg.linger_ms,
+                max_batch_bytes=cfg.max_batch_bytes,
+                request_timeout_ms=cfg.request_timeout_ms,
+                max_request_bytes=cfg.max_request_size,
+            )
         )
-        await self._producer.start()
+        with _published():
+            await producer.start()
+        self._producer = producer
 
     async def _next_partition(self, topic: str, completion: Completion) -> int:
         """Round-robin over the completions topic's partitions, duplicates with their first copy.
@@ -89,7 +112,8 @@ class RolloutProducer:
         any worker judges any completion correctly.
         """
         if not self._partitions:
-            self._partitions = sorted(await self._client.partitions_for(topic))
+            with _published():
+                self._partitions = sorted(await self._client.partitions_for(topic))
         limit = self._config.affinity_entries
         content = _content_key(completion) if limit > 0 else b""
         if content in self._affinity:
@@ -109,32 +133,22 @@ class RolloutProducer:
             producer, self._producer = self._producer, None
             await producer.stop()
 
-    async def __aenter__(self) -> RolloutProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     @property
-    def _client(self) -> AIOKafkaProducer:
+    def _client(self) -> Producer:
         if self._producer is None:
             raise RuntimeError("RolloutProducer is not started")
         return self._producer
 
     async def publish(self, completion: Completion) -> None:
         """Publish one completion and wait until the broker has it."""
-        await (await self._send_completion(completion))
+        with _published():
+            await (await self._send_completion(completion))
 
     async def publish_many(self, completions: Iterable[Completion]) -> int:
         """Publish completions pipelined (not one round trip each); wait for every ack."""
-        pending = [await self._send_completion(c) for c in completions]
-        await asyncio.gather(*pending)
+        with _published():
+            pending = [await self._send_completion(c) for c in completions]
+            await asyncio.gather(*pending)
         return len(pending)
 
     async def publish_manifest(self, manifest: BatchManifest) -> None:
@@ -145,37 +159,47 @@ class RolloutProducer:
         ) as span:
             span.set_attribute("rewardbus.batch_id", manifest.batch_id)
             span.set_attribute("rewardbus.batch_size", len(manifest.sample_ids))
-            await self._client.send_and_wait(
-                topic,
-                encode(manifest),
-                key=manifest.batch_id.encode(),
-                headers=inject_context([CONTENT_TYPE]),
-            )
+            with _published():
+                await self._client.send_and_wait(
+                    topic,
+                    encode(manifest),
+                    key=manifest.batch_id.encode(),
+                    headers=inject_context([CONTENT_TYPE]),
+                )
 
     async def publish_problem(self, problem: ProblemRecord) -> None:
         """Publish a shared test suite to the compacted problems topic."""
-        await self._client.send_and_wait(
-            self._kafka.topics.problems,
-            encode(problem),
-            key=problem.problem_id.encode(),
-            headers=[CONTENT_TYPE],
-        )
+        with _published():
+            await self._client.send_and_wait(
+                self._kafka.topics.problems,
+                encode(problem),
+                key=problem.problem_id.encode(),
+                headers=[CONTENT_TYPE],
+            )
 
-    async def _send_completion(self, completion: Completion) -> asyncio.Future[Any]:
+    async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
         topic = self._kafka.topics.completions
         with tracer.start_as_current_span(
             "publish completion", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
         ) as span:
             span.set_attribute("rewardbus.sample_id", completion.sample_id)
             span.set_attribute("rewardbus.batch_id", completion.batch_id)
-            future: asyncio.Future[Any] = await self._client.send(
+            return await self._client.send(
                 topic,
                 encode(completion),
                 key=completion.sample_id.encode(),
                 partition=await self._next_partition(topic, completion),
                 headers=inject_context([CONTENT_TYPE]),
             )
-            return future
+
+
+@contextlib.contextmanager
+def _published() -> Iterator[None]:
+    """The seam's broker errors, as this package's own."""
+    try:
+        yield
+    except KafkaIOError as exc:
+        raise PublishError(exc.reason, retriable=exc.retriable) from exc
 
 
 def _content_key(completion: Completion) -> bytes:
