@@ -243,18 +243,25 @@ def rewardbus_details(run: Run) -> dict[str, Any]:
     }
 
 
-def per_case(samples: Sequence[ParitySample], verl: Run, ours: Run) -> dict[str, Any]:
-    """Which cases each scorer got wrong (with what), and whether repeats of a case agree."""
+def per_case(
+    samples: Sequence[ParitySample], verl: Run, ours: Run, recorded: dict[str, float]
+) -> dict[str, Any]:
+    """Which cases each scorer got wrong (with what), whether repeats of a case agree,
+    and where verl's score here moved from the one ``verl_scores.jsonl`` records (a
+    timeout under this run's load, or a repeat's comment that changed verl's verdict)."""
     verl_by_case: dict[str, set[float]] = {}
     ours_by_case: dict[str, set[float]] = {}
     verl_wrong: dict[str, set[float]] = {}
     ours_wrong: dict[str, set[str]] = {}
+    verl_moved: dict[str, set[float]] = {}
     for sample, v, o, info in zip(samples, verl.scores, ours.scores, ours.infos, strict=True):
         case = sample.case
         verl_by_case.setdefault(case.case_id, set()).add(round(v, 6))
         ours_by_case.setdefault(case.case_id, set()).add(round(o, 6))
         if not same_score(v, case.expected_score):
             verl_wrong.setdefault(case.case_id, set()).add(round(v, 6))
+        if case.case_id in recorded and not same_score(v, recorded[case.case_id]):
+            verl_moved.setdefault(case.case_id, set()).add(round(v, 6))
         if not same_score(o, case.expected_score):
             ours_wrong.setdefault(case.case_id, set()).add(f"{o:.6g} {info.get('verdict')}")
     return {
@@ -263,6 +270,9 @@ def per_case(samples: Sequence[ParitySample], verl: Run, ours: Run) -> dict[str,
         "rewardbus_wrong_cases": {k: sorted(v) for k, v in sorted(ours_wrong.items())},
         "verl_scores_differ_between_repeats": _unstable(verl_by_case),
         "rewardbus_scores_differ_between_repeats": _unstable(ours_by_case),
+        "verl_differs_from_recorded": {
+            k: {"recorded": recorded[k], "here": sorted(v)} for k, v in sorted(verl_moved.items())
+        },
     }
 
 
@@ -299,7 +309,9 @@ def print_report(result: dict[str, Any]) -> None:
     )
     print(f"  verl wrong on {len(result['per_case']['verl_wrong_cases'])} cases; "
           f"rewardbus wrong on {len(result['per_case']['rewardbus_wrong_cases'])}; "
-          f"rewardbus cache hits {result['rewardbus']['cache_hits']}")  # fmt: skip
+          f"rewardbus cache hits {result['rewardbus']['cache_hits']}; "
+          f"verl off its recorded score on "
+          f"{len(result['per_case']['verl_differs_from_recorded'])} cases")  # fmt: skip
     ratios = result["ratios"]
     print(
         f"  rewardbus / verl: rewards/s {ratios['rewards_per_s']}x, "
@@ -336,7 +348,7 @@ async def run(args: argparse.Namespace) -> None:
             "client": client_stats,
         },
         "agreement": agree.as_json(),
-        "per_case": per_case(samples, verl, ours),
+        "per_case": per_case(samples, verl, ours, _recorded_verl(args.cases)),
         "ratios": {
             "rewards_per_s": ratio(ours_summary["rewards_per_s"], verl_summary["rewards_per_s"]),
             "p50_latency": ratio(
@@ -361,6 +373,14 @@ async def run(args: argparse.Namespace) -> None:
         "wall_s": round(time.monotonic() - started, 1),
     }
     emit_json(result)
+
+
+def _recorded_verl(cases_path: Path) -> dict[str, float]:
+    """verl's recorded scores beside the cases, if there are any."""
+    path = cases_path.with_name("verl_scores.jsonl")
+    if not path.exists():
+        return {}
+    return {case_id: record.score for case_id, record in load_verl_scores(path).items()}
 
 
 def _default_threads() -> int:

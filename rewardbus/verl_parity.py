@@ -141,13 +141,18 @@ _FENCES = ("```", "~~~")
 
 
 def distinct_response(response: str, tag: str) -> str:
-    """The response with a comment line naming ``tag`` at the top of each code block.
+    """The response with a comment line naming ``tag`` in each code block.
 
-    The comment goes *inside* every fenced block (both verl's ``prime_code`` and
-    rewardbus judge only a fenced block's code, so a comment outside would leave
-    the program, and rewardbus's cache key, unchanged); an unfenced response is
-    the program itself and gets it as its first line. A comment line changes no
-    program's behaviour, so a repeat keeps its case's expected score.
+    The comment goes *inside* every fenced block, right after the opening fence
+    (both verl's ``prime_code`` and rewardbus judge only a fenced block's code, so
+    a comment outside would leave the program, and rewardbus's cache key,
+    unchanged); an unfenced response is the program itself and gets it as its
+    last line. Never as an unfenced program's first line: ``prime_code`` keeps the
+    leading ``import``/``from`` lines at module level and wraps everything from
+    the first other line in a function, so a comment there would move a leading
+    ``from sys import stdout`` into it and change verl's verdict. A fenced block
+    already starts with the blank line after the fence, so a comment after it
+    moves nothing. So a repeat keeps both scorers' verdicts on its case.
     """
     if "\n" in tag:
         raise ValueError("tag must be one line")
@@ -168,7 +173,7 @@ def distinct_response(response: str, tag: str) -> str:
         comment = "//" if language in _SLASH_COMMENT else "#"
         out.append(f"{comment} {tag}\n")
     if not fenced:
-        return f"# {tag}\n{response}"
+        return f"{response}# {tag}\n" if response.endswith("\n") else f"{response}\n# {tag}"
     return "".join(out)
 
 

@@ -64,7 +64,16 @@ def test_a_distinct_repeat_changes_the_program_both_judges_see(name: str) -> Non
     if "```python" in response or "```" not in response:
         assert TAG in prime_code_program(tagged)
     # The program itself is unchanged: only a comment line was added.
-    assert tagged.replace(f"# {TAG}\n", "") == response
+    assert tagged.replace(f"# {TAG}\n", "").removesuffix(f"\n# {TAG}") == response
+
+
+def test_an_unfenced_program_keeps_its_first_line() -> None:
+    """prime_code keeps leading imports at module level: the tag must not come before them."""
+    response = "from sys import stdout\nstdout.write('1\\n')\n"
+    tagged = distinct_response(response, TAG)
+    assert tagged.splitlines()[0] == "from sys import stdout"
+    assert tagged == response + f"# {TAG}\n"
+    assert distinct_response("print(1)", TAG) == f"print(1)\n# {TAG}"
 
 
 def test_every_repeat_of_the_shipped_set_is_a_program_of_its_own() -> None:
