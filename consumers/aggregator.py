@@ -36,6 +36,7 @@ from kafkaio import (
     Delivery,
     Producer,
     ProducerOptions,
+    Rebalance,
     Record,
     TopicPartition,
     running,
@@ -93,23 +94,11 @@ async def run_aggregator(
         )
     )
     service = _Aggregator(kafka, config, consumer, producer, clients)
-    consumer.subscribe([kafka.topics.manifests, kafka.topics.rewards], listener=_Rebalance(service))
+    listener = Rebalance(service.revoked, service.assigned)
+    consumer.subscribe([kafka.topics.manifests, kafka.topics.rewards], listener=listener)
     # Stopped in reverse: the consumer first, which leaves the group, so partitions move at once.
     async with running(producer, consumer):
         await service.run(shutdown, ready)
-
-
-class _Rebalance:
-    """The aggregator's :class:`~kafkaio.RebalanceListener`."""
-
-    def __init__(self, service: _Aggregator) -> None:
-        self._service = service
-
-    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
-        await self._service.revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
-        await self._service.assigned(assigned)
 
 
 class _Metrics:

@@ -17,16 +17,10 @@ None is retriable as is. Broker failures are the seam's
 
 from __future__ import annotations
 
+from schemas import RewardbusError
+
 __all__ = ["ConsumerError"]
 
 
-class ConsumerError(Exception):
-    """Root of the consumers package's errors; ``retriable`` defaults to the class's own."""
-
-    retriable: bool = False
-
-    def __init__(self, reason: str, *, retriable: bool | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        if retriable is not None:
-            self.retriable = retriable
+class ConsumerError(RewardbusError):
+    """Root of the consumers package's errors: a :class:`~schemas.RewardbusError`."""

@@ -309,15 +309,8 @@ class SharedRewardClients:
     killed).
     """
 
-    def __init__(
-        self,
-        kafka: KafkaSettings,
-        config: RewardClientConfig | None = None,
-        *,
-        clients: Clients | None = None,
-    ) -> None:
+    def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
         self._kafka = kafka
-        self._connect = clients or AioClients(kafka)
         self._config = config or RewardClientConfig()
         self._clients: dict[asyncio.AbstractEventLoop, asyncio.Future[RewardClient]] = {}
         self._exit_hook = False
@@ -343,7 +336,7 @@ class SharedRewardClients:
         self._started += 1
         suffix = "" if self._started == 1 else f"-{self._started}"
         config = dataclasses.replace(self._config, name=self._config.name + suffix)
-        client = RewardClient(self._kafka, config, clients=self._connect)
+        client = RewardClient(self._kafka, config)
         await client.start()
         if not self._exit_hook:
             atexit.register(self._delete_reply_topics)
@@ -359,7 +352,7 @@ class SharedRewardClients:
         ]
         if topics:
             with contextlib.suppress(Exception):  # best effort at exit; retention is the backstop
-                asyncio.run(_delete_topics(self._connect, topics))
+                asyncio.run(_delete_topics(AioClients(self._kafka), topics))
 
 
 async def _delete_topics(clients: Clients, topics: list[str]) -> None:

@@ -1,15 +1,18 @@
 """The Kafka seam: the one place below ``rewardbus`` where aiokafka is used.
 
 Layout and import rules (DESIGN §3): ``kafkaio`` sits on the bottom floor beside
-``schemas`` and imports only ``schemas`` (and aiokafka, in :mod:`kafkaio.aio`
-alone). ``producers``, ``sandbox_workers`` and ``consumers`` talk to Kafka only
-through it, so their unit tests run on :class:`FakeBroker`; integration tests
-use the real broker.
+``schemas`` and imports only ``schemas`` and aiokafka (its clients in
+:mod:`kafkaio.aio`, its ``TopicPartition`` class in :mod:`kafkaio.records`).
+``producers``, ``sandbox_workers`` and ``consumers`` talk to Kafka only through
+it, so their unit tests run on :class:`FakeBroker`; integration tests use the
+real broker. Components take a ``clients`` argument (:class:`Clients`) that
+defaults to :class:`AioClients` for their ``KafkaSettings``.
 
 ::
 
-    records.py     Record, TopicPartition, Delivery, TopicSpec/TopicInfo, client options
-    protocols.py   Producer, Consumer, Admin, Clients, RebalanceListener: what the code uses
+    records.py     Record, TopicPartition, Delivery: what flows through the seam
+    options.py     ProducerOptions, ConsumerOptions, TopicSpec, TopicInfo
+    protocols.py   Producer, Consumer, Admin, Clients, RebalanceListener (+ Rebalance), SendOptions
     aio.py         AioClients: those protocols over aiokafka (errors translated)
     fake.py        FakeBroker: the same protocols in memory, for unit tests
     lifecycle.py   Lifecycle (start/stop + async with), running(*parts)
@@ -20,7 +23,7 @@ use the real broker.
 
 Errors (``reason`` says what failed; ``retriable`` whether trying again can help)::
 
-    KafkaIOError          the broker or the client failed
+    KafkaIOError          the broker or the client failed (a schemas.RewardbusError)
     ├── ProduceError      a record was not acknowledged
     ├── CommitFailed      an offset commit lost a race with a rebalance (not retriable)
     └── TopicNotFound     topics did not appear within the wait (create them first)
@@ -31,17 +34,19 @@ from kafkaio.deadletter import DeadLetterWriter
 from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError, TopicNotFound
 from kafkaio.fake import FakeAdmin, FakeBroker, FakeConsumer, FakeProducer
 from kafkaio.lifecycle import Lifecycle, running
+from kafkaio.options import ConsumerOptions, ProducerOptions, TopicInfo, TopicSpec
 from kafkaio.produce import send_with_retries
-from kafkaio.protocols import Admin, Clients, Consumer, Producer, RebalanceListener, Startable
-from kafkaio.records import (
-    ConsumerOptions,
-    Delivery,
-    ProducerOptions,
-    Record,
-    TopicInfo,
-    TopicPartition,
-    TopicSpec,
+from kafkaio.protocols import (
+    Admin,
+    Clients,
+    Consumer,
+    Producer,
+    Rebalance,
+    RebalanceListener,
+    SendOptions,
+    Startable,
 )
+from kafkaio.records import Delivery, Record, TopicPartition
 from kafkaio.table import CompactedTopicReader, RecordHandler
 from kafkaio.topics import ensure_topic, wait_for_topics
 
@@ -64,9 +69,11 @@ __all__ = [
     "ProduceError",
     "Producer",
     "ProducerOptions",
+    "Rebalance",
     "RebalanceListener",
     "Record",
     "RecordHandler",
+    "SendOptions",
     "Startable",
     "TopicInfo",
     "TopicNotFound",

@@ -8,8 +8,8 @@ are aiokafka's own class, and aiokafka's exceptions become :class:`~kafkaio.Kafk
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Any, Unpack
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -26,16 +26,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError
 from kafkaio.lifecycle import Lifecycle
-from kafkaio.protocols import Headers, RebalanceListener
-from kafkaio.records import (
-    ConsumerOptions,
-    Delivery,
-    ProducerOptions,
-    Record,
-    TopicInfo,
-    TopicPartition,
-    TopicSpec,
-)
+from kafkaio.options import ConsumerOptions, ProducerOptions, TopicInfo, TopicSpec
+from kafkaio.protocols import RebalanceListener, SendOptions
+from kafkaio.records import Delivery, Record, TopicPartition
 from schemas import KafkaSettings
 
 __all__ = ["AioAdmin", "AioClients", "AioConsumer", "AioProducer"]
@@ -101,40 +94,41 @@ class AioClients:
         return AioAdmin(AIOKafkaAdminClient(**self.settings.client_kwargs()))
 
 
-class AioProducer(Lifecycle):
-    """:class:`~kafkaio.Producer` over an ``AIOKafkaProducer``."""
+class _Wrapped(Lifecycle):
+    """One aiokafka client, started and stopped with its errors translated."""
 
-    def __init__(self, client: AIOKafkaProducer) -> None:
+    def __init__(self, client: Any, name: str) -> None:
         self._client = client
+        self._name = name
 
     async def start(self) -> None:
         """Connect."""
-        try:
-            await self._client.start()
-        except KafkaError as exc:
-            raise _error(exc, "producer start") from exc
+        await _translated(self._client.start(), f"{self._name} start")
 
     async def stop(self) -> None:
-        """Flush what is queued and disconnect."""
-        try:
-            await self._client.stop()
-        except KafkaError as exc:
-            raise _error(exc, "producer stop") from exc
+        """Flush what is pending and disconnect."""
+        await _translated(self._client.stop(), f"{self._name} stop")
+
+
+async def _translated(pending: Awaitable[Any], what: str) -> Any:
+    try:
+        return await pending
+    except KafkaError as exc:
+        raise _error(exc, what) from exc
+
+
+class AioProducer(_Wrapped):
+    """:class:`~kafkaio.Producer` over an ``AIOKafkaProducer``."""
+
+    def __init__(self, client: AIOKafkaProducer) -> None:
+        super().__init__(client, "producer")
 
     async def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> asyncio.Future[Delivery]:
         """Queue a record; the future resolves on its ack or fails with ProduceError."""
         try:
-            sent = await self._client.send(
-                topic, value, key=key, partition=partition, headers=headers
-            )
+            sent = await self._client.send(topic, value, **options)
         except KafkaError as exc:  # refused before it was queued (e.g. larger than a request)
             raise _error(exc, f"produce to {topic}", ProduceError) from exc
         acked: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
@@ -142,30 +136,19 @@ class AioProducer(Lifecycle):
         return acked
 
     async def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> Delivery:
-        """Send a record and wait for its ack."""
+        """Send a record and wait for its ack (aiokafka's own future: no hand-over)."""
         try:
-            sent = await self._client.send(
-                topic, value, key=key, partition=partition, headers=headers
-            )
-            delivery: Delivery = await sent
+            delivery: Delivery = await (await self._client.send(topic, value, **options))
         except KafkaError as exc:
             raise _error(exc, f"produce to {topic}", ProduceError) from exc
         return delivery
 
     async def partitions_for(self, topic: str) -> frozenset[int]:
         """The partition ids of ``topic`` (waits for its metadata)."""
-        try:
-            return frozenset(await self._client.partitions_for(topic))
-        except KafkaError as exc:
-            raise _error(exc, f"metadata of {topic}") from exc
+        found = await _translated(self._client.partitions_for(topic), f"metadata of {topic}")
+        return frozenset(found)
 
 
 def _settle(acked: asyncio.Future[Delivery], sent: asyncio.Future[Any], topic: str) -> None:
@@ -197,25 +180,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is
         await self._listener.on_partitions_assigned(frozenset(assigned))
 
 
-class AioConsumer(Lifecycle):
-    """:class:`~kafkaio.Consumer` over an ``AIOKafkaConsumer``."""
+class AioConsumer(_Wrapped):
+    """:class:`~kafkaio.Consumer` over an ``AIOKafkaConsumer`` (``stop`` leaves the group)."""
 
     def __init__(self, client: AIOKafkaConsumer) -> None:
-        self._client = client
-
-    async def start(self) -> None:
-        """Connect (and join the group, if subscribed with one)."""
-        try:
-            await self._client.start()
-        except KafkaError as exc:
-            raise _error(exc, "consumer start") from exc
-
-    async def stop(self) -> None:
-        """Leave the group (if any) and disconnect."""
-        try:
-            await self._client.stop()
-        except KafkaError as exc:
-            raise _error(exc, "consumer stop") from exc
+        super().__init__(client, "consumer")
 
     def subscribe(
         self, topics: Sequence[str], listener: RebalanceListener | None = None
@@ -274,53 +243,37 @@ class AioConsumer(Lifecycle):
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Read ``partitions`` from their start."""
-        await self._call(self._client.seek_to_beginning(*partitions), "seek")
+        await _translated(self._client.seek_to_beginning(*partitions), "seek")
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
         """Read only what comes next."""
-        await self._call(self._client.seek_to_end(*partitions), "seek")
+        await _translated(self._client.seek_to_end(*partitions), "seek")
 
     async def position(self, partition: TopicPartition) -> int:
         """The next offset to be fetched from ``partition``."""
-        position: int = await self._call(self._client.position(partition), "position")
+        position: int = await _translated(self._client.position(partition), "position")
         return position
 
     async def beginning_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int]:
         """The first offset still held per partition."""
-        found: dict[TopicPartition, int] = await self._call(
-            self._client.beginning_offsets(list(partitions)), "beginning offsets"
-        )
+        pending = self._client.beginning_offsets(list(partitions))
+        found: dict[TopicPartition, int] = await _translated(pending, "beginning offsets")
         return found
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The next offset to be written per partition."""
-        found: dict[TopicPartition, int] = await self._call(
-            self._client.end_offsets(list(partitions)), "end offsets"
-        )
+        pending = self._client.end_offsets(list(partitions))
+        found: dict[TopicPartition, int] = await _translated(pending, "end offsets")
         return found
 
-    @staticmethod
-    async def _call(pending: Any, what: str) -> Any:
-        try:
-            return await pending
-        except KafkaError as exc:
-            raise _error(exc, what) from exc
 
-
-class AioAdmin(Lifecycle):
+class AioAdmin(_Wrapped):
     """:class:`~kafkaio.Admin` over an ``AIOKafkaAdminClient``."""
 
     def __init__(self, client: AIOKafkaAdminClient) -> None:
-        self._client = client
-
-    async def start(self) -> None:
-        """Connect."""
-        try:
-            await self._client.start()
-        except KafkaError as exc:
-            raise _error(exc, "admin start") from exc
+        super().__init__(client, "admin")
 
     async def stop(self) -> None:
         """Disconnect."""
@@ -361,15 +314,9 @@ class AioAdmin(Lifecycle):
 
     async def delete_topics(self, names: Sequence[str]) -> None:
         """Delete the topics."""
-        try:
-            await self._client.delete_topics(list(names))
-        except KafkaError as exc:
-            raise _error(exc, "delete topics") from exc
+        await _translated(self._client.delete_topics(list(names)), "delete topics")
 
     async def broker_count(self) -> int:
         """How many brokers the cluster metadata lists."""
-        try:
-            cluster = await self._client.describe_cluster()
-        except KafkaError as exc:
-            raise _error(exc, "describe cluster") from exc
+        cluster = await _translated(self._client.describe_cluster(), "describe cluster")
         return len(cluster["brokers"])

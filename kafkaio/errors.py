@@ -13,19 +13,13 @@ aiokafka's own exceptions never cross the seam: the implementations translate th
 
 from __future__ import annotations
 
+from schemas import RewardbusError
+
 __all__ = ["CommitFailed", "KafkaIOError", "ProduceError", "TopicNotFound"]
 
 
-class KafkaIOError(Exception):
-    """Root of the seam's errors; ``retriable`` defaults to the class's own."""
-
-    retriable: bool = False
-
-    def __init__(self, reason: str, *, retriable: bool | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        if retriable is not None:
-            self.retriable = retriable
+class KafkaIOError(RewardbusError):
+    """Root of the seam's errors: a :class:`~schemas.RewardbusError`."""
 
 
 class ProduceError(KafkaIOError):

@@ -19,19 +19,13 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Unpack
 
 from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError
 from kafkaio.lifecycle import Lifecycle
-from kafkaio.protocols import Headers, RebalanceListener
-from kafkaio.records import (
-    ConsumerOptions,
-    Delivery,
-    ProducerOptions,
-    Record,
-    TopicInfo,
-    TopicPartition,
-    TopicSpec,
-)
+from kafkaio.options import ConsumerOptions, ProducerOptions, TopicInfo, TopicSpec
+from kafkaio.protocols import Headers, RebalanceListener, SendOptions
+from kafkaio.records import Delivery, Record, TopicPartition
 
 __all__ = ["FakeAdmin", "FakeBroker", "FakeConsumer", "FakeProducer"]
 
@@ -125,23 +119,26 @@ class FakeBroker:
     # -- internals --------------------------------------------------------------------------
 
     def _produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int | None,
-        headers: Headers,
+        self, topic: str, value: bytes | None, options: SendOptions
     ) -> asyncio.Future[Delivery]:
         sent: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
         failures = self._failures.get(topic)
+        pending: _Pending = (
+            sent,
+            topic,
+            value,
+            options.get("key"),
+            options.get("partition"),
+            tuple(options.get("headers", ())),
+        )
         if failures:
             sent.set_exception(failures.pop(0))
         elif topic not in self.logs:
             sent.set_exception(ProduceError(f"topic {topic} does not exist", retriable=True))
         elif topic in self._held:
-            self._held[topic].append((sent, topic, value, key, partition, tuple(headers)))
+            self._held[topic].append(pending)
         else:
-            self._ack((sent, topic, value, key, partition, tuple(headers)))
+            self._ack(pending)
         return sent
 
     def _ack(self, pending: _Pending) -> None:
@@ -165,8 +162,8 @@ class FakeBroker:
             await asyncio.wait_for(self._appended.wait(), timeout_s)
 
 
-class FakeProducer(Lifecycle):
-    """A :class:`~kafkaio.Producer` of a :class:`FakeBroker`."""
+class _Client(Lifecycle):
+    """A client of a :class:`FakeBroker`: nothing to connect or disconnect."""
 
     def __init__(self, broker: FakeBroker) -> None:
         self._broker = broker
@@ -175,31 +172,23 @@ class FakeProducer(Lifecycle):
         """Nothing to connect."""
 
     async def stop(self) -> None:
-        """Held acks stay held: the broker decides."""
+        """Nothing to disconnect (held acks stay held: the broker decides)."""
+
+
+class FakeProducer(_Client):
+    """A :class:`~kafkaio.Producer` of a :class:`FakeBroker`."""
 
     async def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> asyncio.Future[Delivery]:
         """Queue a record; the future resolves on its ack."""
-        return self._broker._produce(topic, value, key, partition, headers)
+        return self._broker._produce(topic, value, options)
 
     async def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> Delivery:
         """Send and wait for the ack."""
-        return await self._broker._produce(topic, value, key, partition, headers)
+        return await self._broker._produce(topic, value, options)
 
     async def partitions_for(self, topic: str) -> frozenset[int]:
         """The partition ids of ``topic``."""
@@ -208,11 +197,14 @@ class FakeProducer(Lifecycle):
         return frozenset(range(len(self._broker.logs[topic])))
 
 
-class FakeConsumer(Lifecycle):
-    """A :class:`~kafkaio.Consumer` of a :class:`FakeBroker`; ``polls`` counts getmany calls."""
+class FakeConsumer(_Client):
+    """A :class:`~kafkaio.Consumer` of a :class:`FakeBroker`; ``polls`` counts getmany calls.
+
+    A group member joins at its first ``getmany`` (as aiokafka's does at start).
+    """
 
     def __init__(self, broker: FakeBroker, options: ConsumerOptions) -> None:
-        self._broker = broker
+        super().__init__(broker)
         self._options = options
         self._group = self.group_id = options.group_id
         self._topics: tuple[str, ...] = ()
@@ -223,9 +215,6 @@ class FakeConsumer(Lifecycle):
         self.paused: set[TopicPartition] = set()
         self.polls = 0
         self.stopped = False
-
-    async def start(self) -> None:
-        """Nothing to connect; a subscribed group member joins at its first getmany."""
 
     async def stop(self) -> None:
         """Leave the group (no revoke callback, as with aiokafka); the rest rebalance."""
@@ -365,17 +354,8 @@ class FakeConsumer(Lifecycle):
             await self._listener.on_partitions_assigned(share)
 
 
-class FakeAdmin(Lifecycle):
+class FakeAdmin(_Client):
     """An :class:`~kafkaio.Admin` of a :class:`FakeBroker` (one broker, one replica)."""
-
-    def __init__(self, broker: FakeBroker) -> None:
-        self._broker = broker
-
-    async def start(self) -> None:
-        """Nothing to connect."""
-
-    async def stop(self) -> None:
-        """Nothing to disconnect."""
 
     async def describe_topics(self, names: Sequence[str]) -> dict[str, TopicInfo]:
         """Those of ``names`` that exist."""

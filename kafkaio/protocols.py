@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Protocol, TypedDict, Unpack
 
-from kafkaio.records import (
-    ConsumerOptions,
-    Delivery,
-    ProducerOptions,
-    Record,
-    TopicInfo,
-    TopicPartition,
-    TopicSpec,
-)
+from kafkaio.options import ConsumerOptions, ProducerOptions, TopicInfo, TopicSpec
+from kafkaio.records import Delivery, Record, TopicPartition
 
-__all__ = ["Admin", "Clients", "Consumer", "Producer", "RebalanceListener", "Startable"]
+__all__ = [
+    "Admin",
+    "Clients",
+    "Consumer",
+    "Producer",
+    "Rebalance",
+    "RebalanceListener",
+    "SendOptions",
+    "Startable",
+]
 
 Headers = Sequence[tuple[str, bytes]]
+
+
+class SendOptions(TypedDict, total=False):
+    """How a record is sent: its ``key``, its ``partition`` (default: by key), its ``headers``."""
+
+    key: bytes | None
+    partition: int | None
+    headers: Headers
 
 
 class Startable(Protocol):
@@ -45,29 +55,37 @@ class RebalanceListener(Protocol):
         ...
 
 
+class Rebalance:
+    """A :class:`RebalanceListener` made of two coroutine functions."""
+
+    def __init__(
+        self,
+        revoked: Callable[[frozenset[TopicPartition]], Awaitable[None]],
+        assigned: Callable[[frozenset[TopicPartition]], Awaitable[None]],
+    ) -> None:
+        self._revoked = revoked
+        self._assigned = assigned
+
+    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        """Hand the call on."""
+        await self._revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        """Hand the call on."""
+        await self._assigned(assigned)
+
+
 class Producer(Startable, Protocol):
     """Sends records; errors are :class:`~kafkaio.KafkaIOError`."""
 
     async def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> asyncio.Future[Delivery]:
         """Queue a record; the returned future resolves on its ack (or fails with ProduceError)."""
         ...
 
     async def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Headers = (),
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> Delivery:
         """Send a record and wait for its ack (ProduceError if there is none)."""
         ...

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from kafkaio.errors import KafkaIOError
 from kafkaio.lifecycle import Lifecycle
+from kafkaio.options import ConsumerOptions
 from kafkaio.protocols import Clients, Consumer
-from kafkaio.records import ConsumerOptions, Record, TopicPartition
+from kafkaio.records import Record, TopicPartition
 
 __all__ = ["CompactedTopicReader", "RecordHandler"]
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 from kafkaio.errors import TopicNotFound
+from kafkaio.options import TopicInfo, TopicSpec
 from kafkaio.protocols import Admin
-from kafkaio.records import TopicInfo, TopicSpec
 
 __all__ = ["ensure_topic", "wait_for_topics"]
 

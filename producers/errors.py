@@ -11,19 +11,13 @@ Misuse (publishing before ``start``, a batch opened twice in a ``BatchWindow``) 
 
 from __future__ import annotations
 
+from schemas import RewardbusError
+
 __all__ = ["ProducerError", "PublishError"]
 
 
-class ProducerError(Exception):
-    """Root of the producers package's errors; ``retriable`` defaults to the class's own."""
-
-    retriable: bool = False
-
-    def __init__(self, reason: str, *, retriable: bool | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        if retriable is not None:
-            self.retriable = retriable
+class ProducerError(RewardbusError):
+    """Root of the producers package's errors: a :class:`~schemas.RewardbusError`."""
 
 
 class PublishError(ProducerError):

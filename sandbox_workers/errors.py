@@ -27,16 +27,10 @@ traceback and stops the worker, non-zero, its records redelivered.
 
 from __future__ import annotations
 
+from schemas import RewardbusError
+
 __all__ = ["SandboxWorkerError"]
 
 
-class SandboxWorkerError(Exception):
-    """Root of the sandbox side's errors; ``retriable`` defaults to the class's own."""
-
-    retriable: bool = False
-
-    def __init__(self, reason: str, *, retriable: bool | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        if retriable is not None:
-            self.retriable = retriable
+class SandboxWorkerError(RewardbusError):
+    """Root of the sandbox side's errors: a :class:`~schemas.RewardbusError`."""

@@ -42,6 +42,7 @@ from kafkaio import (
     KafkaIOError,
     ProduceError,
     ProducerOptions,
+    Rebalance,
     Record,
     TopicPartition,
     running,
@@ -155,19 +156,6 @@ class RewardUndeliverable(SandboxWorkerError):
     """
 
 
-class _Rebalance:
-    """The worker's :class:`~kafkaio.RebalanceListener`: drain and commit before partitions move."""
-
-    def __init__(self, worker: _Worker) -> None:
-        self._worker = worker
-
-    async def on_partitions_revoked(self, revoked: frozenset[TopicPartition]) -> None:
-        await self._worker.drain(revoked)
-
-    async def on_partitions_assigned(self, assigned: frozenset[TopicPartition]) -> None:
-        log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
-
-
 class _Worker:
     def __init__(
         self,
@@ -238,7 +226,9 @@ class _Worker:
 
     async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.consumer.start()
-        self.consumer.subscribe([self.kafka.topics.completions], listener=_Rebalance(self))
+        # Before partitions move, what was fetched from them is drained and committed.
+        listener = Rebalance(self.drain, _log_assignment)
+        self.consumer.subscribe([self.kafka.topics.completions], listener=listener)
         if ready is not None:
             ready.set()
         stopping = self._stopping = asyncio.get_running_loop().create_future()
@@ -543,6 +533,10 @@ class _Worker:
         )
         self.stats.dead_lettered += 1
         _dead_letters.add(1, {"stage": stage, "error_type": error_type})
+
+
+async def _log_assignment(assigned: frozenset[TopicPartition]) -> None:
+    log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
 
 
 def _queue_span(queue_ms: float) -> None:

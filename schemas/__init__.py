@@ -1,10 +1,13 @@
 """The wire contract of rewardbus: message structs, msgpack codec, topics, headers.
 
 This package imports nothing else of rewardbus; every other package imports it.
+:class:`RewardbusError` is the base of every package's error root (``reason``,
+``retriable``); this package's own root is :class:`SchemaError`.
 """
 
 from schemas.cache import CachedResult
 from schemas.codec import SchemaError, decode, decode_json, encode, encode_json, suite_digest
+from schemas.errors import RewardbusError
 from schemas.headers import CONTENT_TYPE, Headers, extract_context, header, inject_context
 from schemas.messages import (
     SCHEMA_VERSION,
@@ -57,6 +60,7 @@ __all__ = [
     "Limits",
     "ProblemRecord",
     "RewardEvent",
+    "RewardbusError",
     "SampleRecord",
     "SchemaError",
     "ScoredBatch",

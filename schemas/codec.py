@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from schemas.errors import RewardbusError
 from schemas.messages import SCHEMA_VERSION, TestSuite
 
 __all__ = ["SchemaError", "decode", "decode_json", "encode", "encode_json", "suite_digest"]
@@ -17,16 +18,12 @@ _encoder = msgspec.msgpack.Encoder()
 _decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
 
 
-class SchemaError(ValueError):
+class SchemaError(RewardbusError):
     """Bytes that are not a valid message of the expected type.
 
     ``reason`` says what is wrong; the message is never retriable, it belongs in
     the dead-letter topic.
     """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def encode(message: msgspec.Struct) -> bytes:
