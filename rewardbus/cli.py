@@ -108,6 +108,9 @@ def _train_demo_parser(sub: Any) -> None:
     train.add_argument("--json", action="store_true", help="print the summary as JSON last")
     train.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
     train.add_argument(
+        "--tasks", default="", metavar="NAMES", help="comma-separated subset of the task family"
+    )
+    train.add_argument(
         "--max-response-length",
         type=float,
         default=5.0,

@@ -192,6 +192,7 @@ async def train_demo(args: argparse.Namespace) -> int:
             plot=Path(args.plot),
             bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
             alerts=AlertRules(max_response_length=args.max_response_length),
+            tasks=tuple(name for name in args.tasks.split(",") if name),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

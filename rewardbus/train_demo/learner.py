@@ -24,6 +24,7 @@ __all__ = [
     "PolicyLossFn",
     "UpdateMetrics",
     "make_optimizer",
+    "make_scheduler",
     "update",
 ]
 
@@ -42,6 +43,9 @@ class LearnerConfig:
     """Optimiser and PPO settings."""
 
     learning_rate: float = 1e-3
+    # Linear decay to this fraction of the learning rate by the last step: at a constant
+    # rate, policies that had solved the family were seen to drift off it again.
+    final_lr_fraction: float = 0.1
     ppo_epochs: int = 2
     mini_batches: int = 2
     clip_ratio: float = 0.2
@@ -52,7 +56,7 @@ class LearnerConfig:
     weight_decay: float = 0.0
     # verl's actor.entropy_coeff: the loss is pg_loss - entropy_coeff * entropy, which
     # keeps a policy trained from scratch from collapsing onto one answer for all prompts.
-    entropy_coeff: float = 0.02
+    entropy_coeff: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,19 @@ def make_optimizer(policy: TinyCausalLM, config: LearnerConfig) -> torch.optim.O
     return torch.optim.AdamW(
         policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, config: LearnerConfig, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear decay from the learning rate to ``final_lr_fraction`` of it over ``total_steps``."""
+    span = max(1, total_steps - 1)
+    drop = 1.0 - config.final_lr_fraction
+
+    def factor(step: int) -> float:
+        return 1.0 - drop * min(1.0, step / span)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def update(

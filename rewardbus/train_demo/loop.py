@@ -80,7 +80,7 @@ async def run_train_demo(options: TrainDemoOptions, *, shutdown: Awaitable[None]
     if device.type == "cpu":
         # The sandbox workers and the broker need the other cores.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - options.workers))
-    tasks = task_family()
+    tasks = task_family(options.behaviours())
     trainer = _trainer(options, device, batch_size=len(tasks) * options.group_size)
     run = _Run(monitor=AlertMonitor(options.alerts))
     error: str | None = None
@@ -136,6 +136,7 @@ def _trainer(options: TrainDemoOptions, device: torch.device, *, batch_size: int
             learner=learner,
             loss_fn=verl_policy_loss(learner, rollout_n=options.group_size, batch_size=batch_size),
             aggregate_fn=verl_aggregate(),
+            total_steps=options.steps,
             d_model=options.d_model,
             n_layers=options.n_layers,
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 from rewardbus.train_demo.devices import DeviceChoice
 from rewardbus.train_demo.learner import LearnerConfig
 from rewardbus.train_demo.monitor import AlertRules
+from rewardbus.train_demo.tasks import BEHAVIOURS, Behaviour
 
 __all__ = ["TrainDemoOptions"]
 
@@ -31,6 +32,8 @@ class TrainDemoOptions:
     step_timeout_s: float = 60.0
     # Means over this many first and last steps are the summary's first/last rewards.
     window: int = 5
+    # Names of the family's tasks to train on (empty: all of them).
+    tasks: tuple[str, ...] = ()
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     alerts: AlertRules = field(default_factory=AlertRules)
     d_model: int = 64
@@ -43,3 +46,11 @@ class TrainDemoOptions:
             raise ValueError("group_size must be at least 2 (GRPO compares within a group)")
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        known = {b.name for b in BEHAVIOURS}
+        unknown = [name for name in self.tasks if name not in known]
+        if unknown:
+            raise ValueError(f"unknown tasks {unknown}; the family has {sorted(known)}")
+
+    def behaviours(self) -> tuple[Behaviour, ...]:
+        """The behaviours to train on, in the family's order."""
+        return tuple(b for b in BEHAVIOURS if not self.tasks or b.name in self.tasks)

@@ -7,18 +7,24 @@ must compute::
         return
 
 and the policy writes the expression that follows (``a+b``). The program judged
-is the header plus the response; its tests are ``assert add(2, 5) == 7`` style
+is the header plus the response; its tests are ``assert add(6, 1) == 7`` style
 cases, one test each, so the reward is the fraction of cases passed.
 
 Why this family learns from scratch in minutes on two cores:
 
 - Responses are short expressions over a tiny grammar (:mod:`.grammar`), so a
-  random policy already writes valid programs, and right answers are a few
-  characters long.
-- The cases form a ladder: each behaviour has cases that a simpler, partly right
-  expression already passes (``b`` passes ``add(0, 3) == 3``), so a random
-  policy earns a low but non-zero reward and GRPO's group-relative signal has
-  somewhere to climb from.
+  random policy already writes valid programs, and right answers are three to
+  five characters long.
+- Partial credit comes from related expressions agreeing with the target on some
+  inputs (``a`` passes ``add(3, 0) == 3``, ``a+b`` passes ``inc(6, 1) == 7``), so a
+  random policy earns a low but non-zero reward (about 0.06) and GRPO's
+  group-relative signal has somewhere to climb from.
+- What was measured to make it learn reliably (tuning with :func:`local_score`,
+  several seeds): every answer needs an operator (a task answered by ``a`` alone
+  taught the policy to stop early everywhere, a trap for the other tasks), the
+  answers overlap in structure (``a*a``, ``a*a*a``, ``a*b``) so the policy must
+  read the function name, and the inputs were picked among small pairs so that
+  short wrong answers earn little on most tasks.
 
 This module is pure Python (no torch, no Kafka, no wire types), so the GPU
 benchmark can import it. :func:`local_score` is a plain in-process checker of
@@ -41,10 +47,10 @@ __all__ = [
     "task_family",
 ]
 
-# Inputs every behaviour is tested on. The zeros and ones are the ladder's lower
-# rungs (several simple expressions agree with the target there); the larger
-# values separate the right expression from its look-alikes.
-_INPUTS: tuple[tuple[int, int], ...] = ((0, 3), (2, 0), (3, 2), (5, 7))
+# Inputs every behaviour is tested on: of 1,500 random sets of four pairs from 0..7,
+# one where wrong one- and two-operand answers score least on average across the
+# family while a random policy still scores above zero.
+_INPUTS: tuple[tuple[int, int], ...] = ((6, 1), (5, 3), (6, 5), (3, 0))
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("add", "a+b"),
     Behaviour("sub", "a-b"),
     Behaviour("mul", "a*b"),
-    Behaviour("first", "a"),
-    Behaviour("second", "b"),
     Behaviour("double", "2*a"),
     Behaviour("square", "a*a"),
+    Behaviour("cube", "a*a*a"),
     Behaviour("inc", "a+1"),
+    Behaviour("dec", "a-1"),
 )
 
 

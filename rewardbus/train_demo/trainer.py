@@ -25,6 +25,7 @@ from rewardbus.train_demo.learner import (
     PolicyLossFn,
     UpdateMetrics,
     make_optimizer,
+    make_scheduler,
     update,
 )
 from rewardbus.train_demo.policy import PolicyConfig, build_policy
@@ -43,6 +44,7 @@ class TrainerSetup:
     learner: LearnerConfig
     loss_fn: PolicyLossFn
     aggregate_fn: AggregateFn
+    total_steps: int = 100
     grammar: ExpressionGrammar = field(default_factory=ExpressionGrammar)
     d_model: int = 64
     n_layers: int = 2
@@ -62,6 +64,7 @@ class Trainer:
         )
         self.policy = build_policy(config, seed=setup.seed, device=setup.device)
         self.optimizer = make_optimizer(self.policy, setup.learner)
+        self._schedule = make_scheduler(self.optimizer, setup.learner, setup.total_steps)
         self.allowed = allowed_mask(
             setup.grammar.allowed_ids(self._vocab, self.eos_id), len(self._vocab), setup.device
         )
@@ -102,7 +105,7 @@ class Trainer:
             old_log_probs=tensors["old_log_probs"],
             advantages=tensors["advantages"],
         )
-        return update(
+        metrics = update(
             self.policy,
             self.optimizer,
             batch,
@@ -112,6 +115,8 @@ class Trainer:
             aggregate_fn=self._setup.aggregate_fn,
             generator=self._shuffle,
         )
+        self._schedule.step()
+        return metrics
 
 
 def rollout_dataproto(rollout: Rollout, sample_ids: Sequence[str], uids: Sequence[str]) -> Any:

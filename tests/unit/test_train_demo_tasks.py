@@ -70,7 +70,7 @@ def test_prompts_are_distinct_headers_and_programs_complete_them() -> None:
     add = next(t for t in TASKS if t.name == "add")
     assert add.header == "def add(a, b):\n    return "
     assert add.program("a+b") == "def add(a, b):\n    return a+b\n"
-    assert add.assert_cases()[-1] == "assert add(5, 7) == 12"
+    assert add.assert_cases()[0] == "assert add(6, 1) == 7"
 
 
 def test_grammar_positions_alternate_and_end_with_eos() -> None:
@@ -90,7 +90,7 @@ def test_grammar_accepts_exactly_what_evaluate_understands(text: str) -> None:
 
 
 def test_step_samples_group_by_task_and_carry_the_tests() -> None:
-    tasks = [t for t in TASKS[:2] for _ in range(3)]
+    tasks = [t for t in TASKS[:2] for _ in range(3)]  # add, sub
     step = step_samples("run-step-0001", tasks, ["a"] * 6, policy_version=1, deadline_s=30, now=100)
     assert step.manifest.sample_ids == [f"run-step-0001/{i}" for i in range(6)]
     assert step.group_ids == ["run-step-0001/add"] * 3 + ["run-step-0001/sub"] * 3
