@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,7 @@ async def demo(args: argparse.Namespace) -> int:
 
 async def train_demo(args: argparse.Namespace) -> int:
     """``rewardbus train-demo``; torch and verl are imported here, never at CLI import."""
+    started = time.monotonic()
     try:
         from rewardbus.train_demo.devices import DeviceUnavailable
         from rewardbus.train_demo.loop import run_train_demo
@@ -197,6 +199,6 @@ async def train_demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        return await run_train_demo(options, shutdown=_shutdown_future())
+        return await run_train_demo(options, shutdown=_shutdown_future(), started=started)
     except DeviceUnavailable as exc:
         raise UsageError(str(exc)) from None

@@ -73,9 +73,15 @@ class _Wiring:
     run_id: str
 
 
-async def run_train_demo(options: TrainDemoOptions, *, shutdown: Awaitable[None]) -> int:
-    """Run the demo; 0 when every step ran and the mean reward improved."""
-    command_started = time.monotonic()
+async def run_train_demo(
+    options: TrainDemoOptions, *, shutdown: Awaitable[None], started: float | None = None
+) -> int:
+    """Run the demo; 0 when every step ran and the mean reward improved.
+
+    ``started`` (``time.monotonic()``) is when the command began, before torch and
+    verl were imported, so the summary's ``wall_s`` counts those imports too.
+    """
+    command_started = time.monotonic() if started is None else started
     device = resolve_device(options.device)
     if device.type == "cpu":
         # The sandbox workers and the broker need the other cores.

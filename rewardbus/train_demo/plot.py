@@ -59,7 +59,7 @@ def _panel(draw: ImageDraw.ImageDraw, left: int, top: int, series: Series) -> No
     for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
         y = y1 - fraction * (y1 - y0)
         draw.line([(x0, y), (x1, y)], fill=_GRID)
-        label = f"{low + fraction * (high - low):.3g}"
+        label = f"{low + fraction * (high - low):.4g}"
         draw.text((left + 4, y - 6), label, fill=_TEXT)
     draw.rectangle([x0, y0, x1, y1], outline=_AXIS)
     steps = max(1, len(values) - 1)

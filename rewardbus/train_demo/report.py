@@ -159,7 +159,12 @@ def write_plot(path: Path, records: Sequence[StepRecord], *, title: str) -> Path
                 (40, 150, 60),
                 unit=" ms",
             ),
-            Series("throughput", [r.rewards_per_s for r in records], (140, 60, 170), unit=" /s"),
+            Series(
+                "throughput (rewards / reward latency)",
+                [r.rewards_per_s for r in records],
+                (140, 60, 170),
+                unit=" /s",
+            ),
         ],
         title=title,
     )

@@ -68,8 +68,9 @@ class Trainer:
         self.allowed = allowed_mask(
             setup.grammar.allowed_ids(self._vocab, self.eos_id), len(self._vocab), setup.device
         )
-        # Sampling and mini-batch shuffling draw from their own seeded generators (on the
-        # CPU, so a run's draws do not depend on the device).
+        # Sampling and mini-batch shuffling draw from their own seeded generators, so a
+        # run is repeatable on a device; sampling's lives on the device (multinomial
+        # needs a generator where its tensor is), the shuffle's on the CPU.
         self._sampling = torch.Generator(device=setup.device).manual_seed(setup.seed)
         self._shuffle = torch.Generator().manual_seed(setup.seed + 1)
 

@@ -170,3 +170,18 @@ def test_alerts_are_counted_as_opentelemetry_metrics(caplog: pytest.LogCaptureFi
     assert points["rewardbus.train_demo.alerts"] == [({"alert": "response_length"}, 1)]
     assert "response_length" in caplog.text
     provider.shutdown()
+
+
+def test_the_cli_offers_train_demo_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rewardbus import cli; "
+        "help = cli._parser().format_help(); "
+        "print('train-demo' in help, 'torch' in sys.modules, 'verl' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["True", "False", "False"]
