@@ -60,7 +60,7 @@ from _common import (
     workers,
 )
 
-from producers import ProducerConfig, RolloutProducer
+from producers import ProducerConfig, ProducerError, RolloutProducer
 from rewardbus.local import RewardWatcher
 from schemas import (
     Completion,
@@ -197,8 +197,11 @@ async def try_publish(
                     await producer.publish_problem(what)
                 else:
                     await producer.publish(what)
-    except (KafkaError, TimeoutError) as exc:
-        return f"FAILS: {type(exc).__name__}: {str(exc)[:120]}"
+    except (KafkaError, ProducerError, TimeoutError) as exc:
+        cause: BaseException = exc
+        while cause.__cause__ is not None:  # the client's own error, under the seam's wrappers
+            cause = cause.__cause__
+        return f"FAILS: {type(cause).__name__}: {str(cause)[:120]}"
     return "ok"
 
 
