@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import transformers  # noqa: F401 - required (make test installs the verl extra)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-pytest.importorskip("transformers")
 
 from rewardbus.tokenizer import (
     BOS_TOKEN,
@@ -76,7 +75,7 @@ def test_saved_directory_loads_offline_with_auto_tokenizer(
 def test_saved_directory_loads_with_verl_hf_tokenizer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("verl")
+    import verl  # noqa: F401
     from verl.utils import hf_tokenizer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

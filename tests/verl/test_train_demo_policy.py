@@ -6,26 +6,24 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
+import verl  # noqa: F401 - the verl extra is required here (make test installs it)
+from PIL import Image
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("verl")
-
-from PIL import Image  # noqa: E402 - after the importorskip guards
-
-from rewardbus.tokenizer import EOS_TOKEN, build_tokenizer, character_vocab  # noqa: E402
-from rewardbus.train_demo.devices import (  # noqa: E402
+from rewardbus.tokenizer import EOS_TOKEN, build_tokenizer, character_vocab
+from rewardbus.train_demo.devices import (
     DeviceUnavailable,
     empty_cache,
     resolve_device,
 )
-from rewardbus.train_demo.grammar import ExpressionGrammar  # noqa: E402
-from rewardbus.train_demo.learner import LearnerBatch, LearnerConfig, update  # noqa: E402
-from rewardbus.train_demo.monitor import AlertKind, StepRecord  # noqa: E402
-from rewardbus.train_demo.policy import PolicyConfig, build_policy  # noqa: E402
-from rewardbus.train_demo.report import RunFacts, summary, write_plot  # noqa: E402
-from rewardbus.train_demo.rollout import allowed_mask, response_log_probs, sample  # noqa: E402
-from rewardbus.train_demo.tasks import task_family  # noqa: E402
-from rewardbus.train_demo.verl_loss import verl_aggregate, verl_policy_loss  # noqa: E402
+from rewardbus.train_demo.grammar import ExpressionGrammar
+from rewardbus.train_demo.learner import LearnerBatch, LearnerConfig, update
+from rewardbus.train_demo.monitor import AlertKind, StepRecord
+from rewardbus.train_demo.policy import PolicyConfig, build_policy
+from rewardbus.train_demo.report import RunFacts, summary, write_plot
+from rewardbus.train_demo.rollout import allowed_mask, response_log_probs, sample
+from rewardbus.train_demo.tasks import task_family
+from rewardbus.train_demo.verl_loss import verl_aggregate, verl_policy_loss
 
 CPU = torch.device("cpu")
 VOCAB = character_vocab()
