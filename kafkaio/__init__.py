@@ -20,6 +20,7 @@ defaults to :class:`AioClients` for their ``KafkaSettings``.
     produce.py     send_with_retries (bounded retries of retriable produce errors)
     deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
     table.py       CompactedTopicReader: a compacted topic as an in-memory table
+    lag.py         partition_lags: consumer lag per partition, for metrics
 
 Errors (``reason`` says what failed; ``retriable`` whether trying again can help)::
 
@@ -33,6 +34,7 @@ from kafkaio.aio import AioClients
 from kafkaio.deadletter import DeadLetterWriter
 from kafkaio.errors import CommitFailed, KafkaIOError, ProduceError, TopicNotFound
 from kafkaio.fake import FakeAdmin, FakeBroker, FakeConsumer, FakeProducer
+from kafkaio.lag import partition_lags
 from kafkaio.lifecycle import Lifecycle, running
 from kafkaio.options import ConsumerOptions, ProducerOptions, TopicInfo, TopicSpec
 from kafkaio.produce import send_with_retries
@@ -80,6 +82,7 @@ __all__ = [
     "TopicPartition",
     "TopicSpec",
     "ensure_topic",
+    "partition_lags",
     "running",
     "send_with_retries",
     "wait_for_topics",

@@ -254,6 +254,13 @@ class AioConsumer(_Wrapped):
         position: int = await _translated(self._client.position(partition), "position")
         return position
 
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The last fetch response's highwater mark (aiokafka asserts on an unassigned one)."""
+        if partition not in self._client.assignment():
+            return None
+        mark: int | None = self._client.highwater(partition)
+        return mark
+
     async def beginning_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int]:

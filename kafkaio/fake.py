@@ -301,6 +301,12 @@ class FakeConsumer(_Client):
         """The next offset to be fetched."""
         return self._position(partition)
 
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The log's end once this member has fetched (as a fetch response tells aiokafka)."""
+        if partition not in self.assignment() or self.polls == 0:
+            return None
+        return self._end(partition)
+
     async def beginning_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int]:

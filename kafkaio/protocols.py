@@ -147,6 +147,12 @@ class Consumer(Startable, Protocol):
         """The offset of the next record to be fetched from ``partition``."""
         ...
 
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The offset the next record written to ``partition`` will get, as of the last
+        fetch response (no broker round trip); None before the first fetch from it or
+        for a partition not assigned."""
+        ...
+
     async def beginning_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int]:

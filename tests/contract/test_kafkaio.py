@@ -28,6 +28,7 @@ from kafkaio import (
     TopicPartition,
     TopicSpec,
     ensure_topic,
+    partition_lags,
     running,
     wait_for_topics,
 )
@@ -123,6 +124,26 @@ async def test_offsets_positions_and_seeks(clients: Clients) -> None:
         await consumer.seek_to_end(tp)
         assert await consumer.position(tp) == 3
     assert consumer.assignment() == frozenset({tp})
+
+
+async def test_highwater_and_lag_are_known_after_a_fetch(clients: Clients) -> None:
+    t = await topic(clients)
+    tp = TopicPartition(t, 0)
+    producer = clients.producer(ProducerOptions())
+    consumer = clients.consumer(ConsumerOptions(max_poll_records=2))
+    async with running(producer, consumer):
+        for i in range(5):
+            await producer.send_and_wait(t, b"%d" % i, partition=0)
+        assert consumer.highwater(tp) is None  # not assigned
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        assert await partition_lags(consumer) == {}  # nothing fetched: unknown, not 0
+        first = await consumer.getmany(tp, timeout_ms=5000, max_records=2)
+        assert [r.offset for r in first[tp]] == [0, 1]
+        assert consumer.highwater(tp) == 5
+        assert await partition_lags(consumer) == {tp: 3}
+        await read(consumer, 3)
+        assert await partition_lags(consumer) == {tp: 0}
 
 
 async def test_pause_holds_a_partition_back_until_resume(clients: Clients) -> None:
