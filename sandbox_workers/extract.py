@@ -21,8 +21,10 @@ __all__ = ["CodeBlock", "extract_code", "fenced_blocks"]
 
 # ``` or ~~~ (3 or more), then an info string whose first word is the language
 # tag. Unlike CommonMark, any indentation is accepted: models nest fences in
-# list items ("1. Solution:\n    ```python").
-_OPENING = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
+# list items ("1. Solution:\n    ```python"). Every quantifier is possessive: with
+# backtracking, "```" + spaces + "`" (or a run of "~") took time quadratic in the
+# line, and a 1 MB line wedged the worker's event loop (hence its heartbeats) for hours.
+_OPENING = re.compile(r"^[ \t]*+(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
 @dataclass(frozen=True)

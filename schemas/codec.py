@@ -42,6 +42,11 @@ def decode(data: bytes | None, message_type: type[T]) -> T:
         message: T = decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise SchemaError(f"not a valid {message_type.__name__}: {exc}") from None
+    except RecursionError:
+        # Values nested deeper than the interpreter's recursion limit (a free-form
+        # ``inputs`` list inside lists): the record's fault. Uncaught, it crashed every
+        # worker the record was redelivered to.
+        raise SchemaError(f"not a valid {message_type.__name__}: nested too deeply") from None
     version = getattr(message, "schema_version", SCHEMA_VERSION)
     if version > SCHEMA_VERSION:
         raise SchemaError(
@@ -63,6 +68,8 @@ def decode_json(data: str | bytes, message_type: type[T]) -> T:
         return msgspec.json.decode(data, type=message_type)
     except msgspec.DecodeError as exc:
         raise SchemaError(f"not a valid {message_type.__name__}: {exc}") from None
+    except RecursionError:
+        raise SchemaError(f"not a valid {message_type.__name__}: nested too deeply") from None
 
 
 def encode_json(message: object) -> bytes:

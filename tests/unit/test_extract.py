@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -111,3 +113,15 @@ def test_extraction_returns_the_fenced_code(lines: list[str], before: str, after
         assert extracted == body + "\n"
     else:
         assert extracted is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["```" + " " * 200_000 + "`", "~~~" + "~" * 200_000 + "`", " " * 200_000 + "x"],
+    ids=["spaces-then-backtick", "tildes-then-backtick", "indent-only"],
+)
+def test_fence_matching_is_linear_in_the_line(line: str) -> None:
+    """These lines took quadratic time to reject (minutes at 200 KB, hours at 1 MB)."""
+    started = time.monotonic()
+    assert extract_code(f"{line}\n```python\nprint(1)\n```\n", "python") == "print(1)\n"
+    assert time.monotonic() - started < 1.0

@@ -150,6 +150,15 @@ def test_plain_msgpack_written_by_another_client_decodes() -> None:
     assert completion.limits == Limits()
 
 
+def _nested_inputs(depth: int) -> bytes:
+    """A Completion whose io suite's one input is a list nested ``depth`` deep."""
+    nested = b"\x91" * depth + b"\x01"  # [[[...[1]...]]]
+    suite: bytes = b"\x83" + b"".join(msgpack.packb(k) for k in ("kind", "io", "inputs"))
+    suite += b"\x91" + nested + msgpack.packb("outputs") + msgpack.packb([1])
+    head: bytes = msgpack.packb("sample_id") + msgpack.packb("x") + msgpack.packb("tests")
+    return b"\x82" + head + suite
+
+
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
@@ -158,6 +167,9 @@ def test_plain_msgpack_written_by_another_client_decodes() -> None:
         (msgpack.packb({"language": "python"}), "sample_id"),
         (msgpack.packb({"sample_id": "x", "tests": {"kind": "nope"}}), "kind"),
         (None, "empty record"),
+        # Nested deeper than the recursion limit: was a RecursionError that crashed
+        # every worker the record was redelivered to.
+        (_nested_inputs(200_000), "nested too deeply"),
     ],
 )
 def test_garbage_raises_one_typed_error_with_the_reason(data: bytes | None, fragment: str) -> None:
@@ -192,8 +204,8 @@ def test_json_lines_use_the_same_field_names() -> None:
 @given(suites)
 def test_suite_digest_is_stable_and_content_sensitive(suite: IoSuite | AssertSuite) -> None:
     assert suite_digest(suite) == suite_digest(
-        decode(encode(Completion(sample_id="x", tests=suite)), Completion).tests
-    )  # type: ignore[arg-type]
+        decode(encode(Completion(sample_id="x", tests=suite)), Completion).tests  # type: ignore[arg-type]
+    )
     changed = msgspec.structs.replace(suite, stop_on_first_failure=not suite.stop_on_first_failure)
     assert suite_digest(changed) != suite_digest(suite)
 
