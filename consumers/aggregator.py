@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from consumers.aggregator_metrics import AggregatorMetrics
 from consumers.assembler import BatchAssembler, InvalidMessageError, ReadyBatch, StateChange
 from consumers.config import AggregatorConfig
 from consumers.state_store import StateStore, prepare_topics
@@ -39,6 +40,7 @@ from kafkaio import (
     Rebalance,
     Record,
     TopicPartition,
+    partition_lags,
     running,
 )
 from schemas import (
@@ -143,6 +145,8 @@ class _Aggregator:
         self._lock = asyncio.Lock()
         self._joined = asyncio.Event()
         self._metrics = _Metrics()
+        self._gauges = AggregatorMetrics(config.service_name)
+        self._last_gauges = 0.0
         # Input offsets processed but not yet committed; committed by _flush only.
         self._unflushed: dict[TopicPartition, int] = {}
         self._last_flush = time.monotonic()
@@ -151,6 +155,7 @@ class _Aggregator:
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         stop = asyncio.ensure_future(shutdown)
+        self._gauges.register()  # its gauges live as long as this loop
         try:
             while not stop.done():
                 fetched = await self._consumer.getmany(
@@ -163,13 +168,23 @@ class _Aggregator:
                         await self._flush()
                 if ready is not None and self._joined.is_set():
                     ready.set()
+                await self._sample_gauges_if_due()
             # A clean stop flushes; a cancelled task (a crash) does not get here.
             async with self._lock:
                 await self._flush()
         finally:
+            self._gauges.unregister()
             if stop is not shutdown:  # our own wrapper, not the caller's future
                 stop.cancel()
         self._log_summary()
+
+    async def _sample_gauges_if_due(self) -> None:
+        """Lag and open batches, at most once per ``gauge_interval_s`` (scrapes read them)."""
+        if time.monotonic() - self._last_gauges < self._config.gauge_interval_s:
+            return
+        self._last_gauges = time.monotonic()
+        self._gauges.open_batches = sum(a.open_batches for a in self._assemblers.values())
+        self._gauges.lags = await partition_lags(self._consumer)
 
     async def revoked(self, revoked: frozenset[TopicPartition]) -> None:
         # Iterations run under the lock, so once we hold it none is half done; the
@@ -261,8 +276,17 @@ class _Aggregator:
         self, record: Record, assembler: BatchAssembler, now: float, span: trace.Span
     ) -> None:
         reward = decode(record.value, RewardEvent)
-        span.set_attribute("rewardbus.sample_id", reward.sample_id)
-        span.set_attribute("rewardbus.batch_id", reward.batch_id)
+        span.set_attributes(
+            {
+                "rewardbus.sample_id": reward.sample_id,
+                "rewardbus.batch_id": reward.batch_id,
+                "rewardbus.verdict": str(reward.verdict),
+                "rewardbus.score": reward.score,
+                "rewardbus.cache_hit": reward.cache_hit,
+                "rewardbus.worker_id": reward.worker_id,
+                "rewardbus.policy_version": reward.policy_version,
+            }
+        )
         outcome = assembler.add_reward(reward, now, traceparent_of(span))
         span.set_attribute("rewardbus.outcome", outcome.value)
         self._metrics.rewards.add(1, {"outcome": outcome.value})
@@ -307,16 +331,24 @@ class _Aggregator:
                 "rewardbus.batch.missing": len(batch.missing),
                 "rewardbus.batch.masked": len(batch.masked),
                 "rewardbus.batch.complete": batch.complete,
+                "rewardbus.policy_version": batch.policy_version,
+                "messaging.kafka.message.key": batch.batch_id,
             },
-        ):
+        ) as span:
+            if not batch.complete:  # emitted at its deadline: some samples never came
+                missing = f"{len(batch.missing)} of {len(batch.samples)} samples missing"
+                span.set_status(Status(StatusCode.ERROR, missing))
             # Waits for the ack: only then may the state record the batch as emitted.
-            await self._producer.send_and_wait(
+            delivery = await self._producer.send_and_wait(
                 self._topics.scored,
                 encode(batch),
                 key=batch.batch_id.encode(),
                 headers=inject_context([CONTENT_TYPE]),
             )
+            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
+            span.set_attribute("messaging.kafka.offset", delivery.offset)
         self._metrics.batches.add(1, {"complete": batch.complete})
+        self._gauges.scored(batch)
         log.info(
             "emitted batch %s: %d samples, %d missing, %d masked, %d duplicates ignored",
             batch.batch_id,

@@ -55,8 +55,10 @@ class AggregatorConfig:
     topic_wait_s: float = 30.0
     # Reading the state topic back after an assignment must finish within this.
     restore_timeout_s: float = 120.0
-    # Named in dead letters and logs.
+    # Named in dead letters, logs and the gauges' ``aggregator`` label.
     service_name: str = "aggregator"
+    # How often the lag and open-batch gauges are refreshed (from in-memory state).
+    gauge_interval_s: float = 1.0
 
     def limits(self) -> AssemblerLimits:
         """The per-partition bounds and scoring options for a :class:`BatchAssembler`."""

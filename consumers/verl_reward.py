@@ -33,7 +33,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER, register
@@ -53,9 +54,18 @@ from schemas import KafkaSettings, Topics, Verdict
 __all__ = ["RewardbusRewardManager", "compute_score", "score_sample"]
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 _meter = metrics.get_meter(__name__)
 _results = _meter.create_counter(
     "rewardbus.verl.rewards", description="rewards handed to verl, by verdict and failure"
+)
+_lengths = _meter.create_histogram(
+    "rewardbus.verl.response_length",
+    unit="{token}",
+    description="valid response tokens of each sample verl hands the manager",
+    explicit_bucket_boundaries_advisory=(
+        16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+    ),
 )
 
 def _clients(settings: VerlRewardSettings) -> SharedRewardClients:
@@ -85,8 +95,13 @@ async def score_sample(
     data_source: str = "",
     group_id: str = "",
     policy_version: int = 0,
+    response_length: int | None = None,
 ) -> dict[str, Any]:
-    """One sample's ``{"reward_score", "reward_extra_info"}``; never raises for a sample."""
+    """One sample's ``{"reward_score", "reward_extra_info"}``; never raises for a sample.
+
+    ``response_length`` (tokens, where the caller knows it) travels with the
+    completion, so the workers' metrics see it next to the verdict.
+    """
     try:
         task = task_from_verl(
             sample_id=uuid.uuid4().hex,
@@ -97,22 +112,38 @@ async def score_sample(
             data_source=data_source,
             group_id=group_id,
             policy_version=policy_version,
+            response_length=response_length,
         )
     except VerlInputError as exc:
         log.warning("sample of %s not judged: %s", data_source or "?", exc.reason)
         return _counted(failure_result("invalid_input", settings, timed_out=False))
-    try:
-        client = await _clients(settings).get()
-        event = await client.score(
-            task.completion, task.problem, timeout_s=settings.sample_timeout_s
-        )
-    except TimeoutError:
-        log.warning("no reward within %.0f s (%s)", settings.sample_timeout_s, data_source)
-        return _counted(failure_result("timeout", settings, timed_out=True))
-    except KafkaIOError as exc:
-        log.warning("publishing a %s sample failed: %s", data_source, exc.reason)
-        return _counted(failure_result(str(Verdict.SANDBOX_ERROR), settings, timed_out=False))
-    return _counted(reward_result(event, settings))
+    # A child of whatever span the trainer has open (its step, its rollout): the
+    # sample's publish, judging and reward join the trainer's trace under it.
+    attributes = {
+        "rewardbus.sample_id": task.completion.sample_id,
+        "rewardbus.data_source": data_source,
+        "rewardbus.group_id": group_id,
+        "rewardbus.policy_version": policy_version,
+    }
+    with _tracer.start_as_current_span(
+        "score sample", kind=SpanKind.CLIENT, attributes=attributes
+    ) as span:
+        try:
+            client = await _clients(settings).get()
+            event = await client.score(
+                task.completion, task.problem, timeout_s=settings.sample_timeout_s
+            )
+        except TimeoutError:
+            log.warning("no reward within %.0f s (%s)", settings.sample_timeout_s, data_source)
+            span.set_status(Status(StatusCode.ERROR, "no reward in time"))
+            return _counted(failure_result("timeout", settings, timed_out=True))
+        except KafkaIOError as exc:
+            log.warning("publishing a %s sample failed: %s", data_source, exc.reason)
+            span.set_status(Status(StatusCode.ERROR, exc.reason))
+            return _counted(failure_result(str(Verdict.SANDBOX_ERROR), settings, timed_out=False))
+        span.set_attribute("rewardbus.verdict", str(event.verdict))
+        span.set_attribute("rewardbus.score", event.score)
+        return _counted(reward_result(event, settings))
 
 
 def _counted(result: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +199,7 @@ class RewardbusRewardManager(RewardManagerBase):
         valid = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
         tokenizer: Any = self.tokenizer  # verl annotates the class, passes an instance
         solution = tokenizer.decode(response_ids[:valid], skip_special_tokens=True)
+        _lengths.record(valid)
         non_tensor = item.non_tensor_batch
         reward_model = non_tensor.get("reward_model") or {}
         settings = self.settings
@@ -181,6 +213,7 @@ class RewardbusRewardManager(RewardManagerBase):
             data_source=str(non_tensor.get("data_source", "")),
             group_id=str(non_tensor.get("uid", "")),
             policy_version=int(data.meta_info.get("global_steps", 0) or 0),
+            response_length=valid,
         )
 
 

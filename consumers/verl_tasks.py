@@ -50,6 +50,7 @@ from schemas import (
 )
 
 __all__ = [
+    "RESPONSE_LENGTH_ATTRIBUTE",
     "REWARD_EXTRA_KEYS",
     "SETTING_KEYS",
     "VerlInputError",
@@ -63,6 +64,9 @@ __all__ = [
 
 ENV_BOOTSTRAP = "REWARDBUS_BOOTSTRAP_SERVERS"
 ENV_TOPIC_PREFIX = "REWARDBUS_TOPIC_PREFIX"
+# The Completion.attributes key of the response's length in tokens; the workers read
+# the same key (sandbox_workers.metrics, which may not import this package).
+RESPONSE_LENGTH_ATTRIBUTE = "response_length"
 
 # verl takes the key set of reward_extra_info from the first sample of a batch:
 # every result carries exactly these, in this order.
@@ -170,12 +174,15 @@ def task_from_verl(
     data_source: str = "",
     group_id: str = "",
     policy_version: int = 0,
+    response_length: int | None = None,
 ) -> VerlTask:
     """The completion for one verl sample; its suite travels once, by ``problem_id``.
 
     Every sample of a GRPO group carries the same ground truth, so the same digest:
     the suite is published once to the problems topic and the completions only name
     it. Raises :class:`VerlInputError` for a ground truth that is no suite.
+    ``response_length`` (tokens) rides in the completion's attributes, where the
+    workers turn it into the response-length metric (docs/metrics.md).
     """
     info = extra_info or {}
     suite = suite_from_ground_truth(ground_truth, info)
@@ -195,9 +202,16 @@ def task_from_verl(
         problem_id=problem_id,
         tests_digest=digest,
         limits=_limits(info, settings.limits),
-        attributes={"data_source": str(data_source)} if data_source else {},
+        attributes=_attributes(data_source, response_length),
     )
     return VerlTask(completion, ProblemRecord(problem_id=problem_id, digest=digest, tests=suite))
+
+
+def _attributes(data_source: str, response_length: int | None) -> dict[str, str]:
+    attributes = {"data_source": str(data_source)} if data_source else {}
+    if response_length is not None:
+        attributes[RESPONSE_LENGTH_ATTRIBUTE] = str(response_length)
+    return attributes
 
 
 def suite_from_ground_truth(

@@ -74,10 +74,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="result cache budget in MiB (0 disables the cache; default 256)",
     )
+    _metrics_flags(worker)
 
     agg = sub.add_parser("aggregator", help="run the learner-side stream aggregator")
     _common(agg)
     agg.add_argument("--group-id", default="rewardbus-aggregator")
+    _metrics_flags(agg)
 
     topics = sub.add_parser("topics", help="create the rewardbus topics")
     _common(topics)
@@ -89,6 +91,19 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="report which sandbox isolation layers work on this host")
     return p
+
+
+def _metrics_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (0: any free port)",
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default loopback)"
+    )
 
 
 def _train_demo_parser(sub: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from rewardbus import __version__
 from rewardbus.cli import _shutdown_future
 from rewardbus.settings import kafka_settings
-from rewardbus.telemetry import configure_tracing
+from rewardbus.telemetry import MetricsEndpoint, Telemetry, configure_telemetry, configure_tracing
 from schemas import KafkaSettings
 
 __all__ = [
@@ -32,6 +32,22 @@ __all__ = [
 
 class UsageError(Exception):
     """A command was given something it cannot work with."""
+
+
+def _telemetry(service: str, args: argparse.Namespace) -> Telemetry:
+    """Tracing, and /metrics when ``--metrics-port`` is given (its URL printed for scripts)."""
+    endpoint = None
+    if args.metrics_port is not None:
+        if not 0 <= args.metrics_port <= 65535:
+            raise UsageError("--metrics-port must be 0 (any free port) to 65535")
+        endpoint = MetricsEndpoint(host=args.metrics_host, port=args.metrics_port)
+    try:
+        telemetry = configure_telemetry(service, env=os.environ, metrics_endpoint=endpoint)
+    except OSError as exc:
+        raise UsageError(f"cannot serve metrics on {args.metrics_host}: {exc.strerror}") from None
+    if telemetry.metrics_url is not None:
+        print(f"{service} metrics at {telemetry.metrics_url}", flush=True)
+    return telemetry
 
 
 def _kafka(args: argparse.Namespace, client_id: str) -> KafkaSettings:
@@ -84,7 +100,7 @@ async def worker(args: argparse.Namespace) -> int:
             strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
         )
     )
-    _, flush = configure_tracing("rewardbus-worker", env=os.environ)
+    flush = _telemetry("rewardbus-worker", args).shutdown
     ready = asyncio.Event()
     shutdown = _shutdown_future()
 
@@ -106,7 +122,7 @@ async def aggregator(args: argparse.Namespace) -> int:
     from consumers import AggregatorConfig, run_aggregator
 
     kafka = _kafka(args, "rewardbus-aggregator")
-    _, flush = configure_tracing("rewardbus-aggregator", env=os.environ)
+    flush = _telemetry("rewardbus-aggregator", args).shutdown
     try:
         await run_aggregator(
             kafka, AggregatorConfig(group_id=args.group_id), shutdown=_shutdown_future()

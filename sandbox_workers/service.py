@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from kafkaio import (
@@ -45,6 +45,7 @@ from kafkaio import (
     Rebalance,
     Record,
     TopicPartition,
+    partition_lags,
     running,
     send_with_retries,
 )
@@ -52,6 +53,7 @@ from sandbox_workers.errors import SandboxWorkerError
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.languages import lookup
+from sandbox_workers.metrics import WorkerMetrics
 from sandbox_workers.offsets import OffsetTracker
 from sandbox_workers.problems import ProblemStore
 from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
@@ -79,18 +81,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
-meter = metrics.get_meter(__name__)
-_rewards = meter.create_counter("rewardbus.worker.rewards", description="rewards emitted")
-_dead_letters = meter.create_counter(
-    "rewardbus.worker.dead_letters", description="inputs dead-lettered"
-)
-_queue_ms = meter.create_histogram(
-    "rewardbus.worker.queue_wait", unit="ms", description="produce to fetch"
-)
-_exec_ms = meter.create_histogram(
-    "rewardbus.worker.execution", unit="ms", description="judging time"
-)
-_scores = meter.create_histogram("rewardbus.worker.reward_score", description="reward distribution")
 
 
 class CompletionRunner(Protocol):
@@ -124,6 +114,8 @@ class WorkerConfig:
     # the worker gives the record back to the group (it stops, the record uncommitted).
     transient_attempts: int = 3
     fetch_max_wait_ms: int = 20
+    # How often the consumer-lag gauge is refreshed (from the consumer's own state).
+    lag_interval_s: float = 1.0
     result_cache_bytes: int = 256 << 20  # 0 disables the result cache
     problem_store_bytes: int = 1 << 30
     # Anything besides the toolchain that shapes a reward (rewardbus and harness
@@ -181,6 +173,8 @@ class _Worker:
         self.failure: BaseException | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._last_commit = time.monotonic()
+        self.metrics = WorkerMetrics(config.worker_id, config.concurrency)
+        self._last_lag = 0.0
         self.consumer = clients.consumer(
             ConsumerOptions(
                 group_id=config.group_id,
@@ -205,6 +199,7 @@ class _Worker:
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         async with running(self.producer), contextlib.AsyncExitStack() as stack:
+            stack.enter_context(self.metrics)  # its gauges live as long as the worker
             self.problems = await stack.enter_async_context(
                 ProblemStore(
                     self.kafka, max_bytes=self.config.problem_store_bytes, clients=self.clients
@@ -290,6 +285,12 @@ class _Worker:
                 for record in records:
                     self._start(tp, record)
             await self._commit_if_due()
+            await self._sample_lag_if_due()
+
+    async def _sample_lag_if_due(self) -> None:
+        if time.monotonic() - self._last_lag >= self.config.lag_interval_s:
+            self._last_lag = time.monotonic()
+            self.metrics.lags = await partition_lags(self.consumer)
 
     async def _commit_if_due(self) -> None:
         """Commit at most once per ``commit_interval_s``: an offset commit is a broker
@@ -374,6 +375,7 @@ class _Worker:
             # Only a record whose reward (or dead letter) the broker acknowledged is done:
             # a cancelled execution stays uncommitted and is redone by the partition's next owner.
             self.tracker.done(tp, record.offset)
+            self.metrics.completion()
 
     async def _judge(self, record: Record, span: trace.Span) -> None:
         queue_ms = max(0.0, time.time() * 1000 - record.timestamp_ms)
@@ -386,6 +388,7 @@ class _Worker:
             return
         span.set_attribute("rewardbus.sample_id", completion.sample_id)
         span.set_attribute("rewardbus.batch_id", completion.batch_id)
+        self.metrics.received(completion, queue_ms)
         reply = completion.reply_topic
         if reply is not None and not self.kafka.topics.is_reply_topic(reply):
             # A completion names its reward's destination: never let it write elsewhere.
@@ -424,6 +427,8 @@ class _Worker:
             # The reward cannot land (a reply topic whose client is gone, a record the
             # topic refuses): the input goes to the DLQ with why, and its partition moves on.
             await self._dead_letter(record, exc.reason, type(exc).__name__, "emit")
+        else:
+            self.metrics.reward(event, completion, record.timestamp_ms, time.time() * 1000)
 
     async def _execute(self, record: Record, completion: Completion) -> RewardEvent | None:
         """Judge (or answer from the cache); input that cannot be judged becomes a dead letter.
@@ -475,7 +480,11 @@ class _Worker:
 
     async def _run_bounded(self, completion: Completion, suite: TestSuite) -> RewardEvent:
         async with self.executions:  # cache hits never hold an execution slot
-            return await self.runner.run(completion, suite)
+            self.metrics.executing += 1
+            try:
+                return await self.runner.run(completion, suite)
+            finally:
+                self.metrics.executing -= 1
 
     def _fingerprint(self, completion: Completion, suite_digest: str) -> str | None:
         """The content key of this judgement, or None when it cannot be cached."""
@@ -514,12 +523,6 @@ class _Worker:
                 raise RewardUndeliverable(exc.reason) from exc
         self.stats.rewarded += 1
         self.stats.verdicts[str(event.verdict)] += 1
-        attrs: dict[str, str | bool] = {"verdict": str(event.verdict), "cache_hit": event.cache_hit}
-        _rewards.add(1, attrs)
-        _queue_ms.record(event.queue_ms)
-        if not event.cache_hit:
-            _exec_ms.record(event.exec_ms, {"verdict": str(event.verdict)})
-        _scores.record(event.score)
 
     async def _dead_letter(self, record: Record, reason: str, error_type: str, stage: str) -> None:
         # The input's offset waits on this record, and there is nowhere further to send
@@ -532,7 +535,7 @@ class _Worker:
             backoff_s=self.config.produce_retry_backoff_s,
         )
         self.stats.dead_lettered += 1
-        _dead_letters.add(1, {"stage": stage, "error_type": error_type})
+        self.metrics.dead_letter(stage, error_type)
 
 
 async def _log_assignment(assigned: frozenset[TopicPartition]) -> None:
