@@ -33,6 +33,7 @@ from schemas import (
     ScoredBatch,
     ScoredSample,
     Verdict,
+    is_canary_batch,
     state_key,
 )
 
@@ -67,6 +68,7 @@ class RewardOutcome(enum.StrEnum):
     LATE = "late"  # its batch was already emitted
     UNKNOWN_SAMPLE = "unknown_sample"  # the manifest does not list that sample
     DROPPED = "dropped"  # the pending (manifest-less) caps are reached
+    CANARY = "canary"  # a judge canary's reward: never part of a learner's batch
 
 
 class ManifestOutcome(enum.StrEnum):
@@ -75,6 +77,7 @@ class ManifestOutcome(enum.StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
     LATE = "late"  # its batch was already emitted
+    CANARY = "canary"  # a manifest in the canary batch id space: ignored
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ class AssemblerCounters:
     # infrastructure fault reported as such.
     missing_samples: int = 0
     sandbox_error_samples: int = 0
+    # Rewards and manifests in the canary batch id space, ignored (see schemas.canary).
+    canary_rewards: int = 0
+    canary_manifests: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,9 @@ class BatchAssembler:
         """Take a batch's manifest; raises :class:`InvalidMessageError` if it is unusable."""
         _validate_manifest(manifest)
         batch_id = manifest.batch_id
+        if is_canary_batch(batch_id):
+            self.counters.canary_manifests += 1
+            return ManifestOutcome.CANARY
         if batch_id in self._emitted:
             self.counters.late_manifests += 1
             return ManifestOutcome.LATE
@@ -188,6 +197,11 @@ class BatchAssembler:
         """
         _validate_reward(reward)
         batch_id = reward.batch_id
+        # Canaries reply to their own topic; one that reaches the rewards topic anyway
+        # (an old worker, a misrouted reply) must not open a batch or hold state.
+        if is_canary_batch(batch_id):
+            self.counters.canary_rewards += 1
+            return RewardOutcome.CANARY
         if batch_id in self._emitted:
             self.counters.late_rewards += 1
             return RewardOutcome.LATE

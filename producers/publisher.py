@@ -33,6 +33,7 @@ from schemas import (
     ProblemRecord,
     encode,
     inject_context,
+    is_canary_batch,
 )
 
 __all__ = ["ProducerConfig", "RolloutProducer"]
@@ -153,6 +154,7 @@ class RolloutProducer(Lifecycle):
 
     async def publish_manifest(self, manifest: BatchManifest) -> None:
         """Publish the manifest that tells the aggregator what a batch holds."""
+        _refuse_canary_space(manifest.batch_id)
         topic = self._kafka.topics.manifests
         with tracer.start_as_current_span(
             "publish manifest", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
@@ -178,6 +180,7 @@ class RolloutProducer(Lifecycle):
             )
 
     async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
+        _refuse_canary_space(completion.batch_id)
         topic = self._kafka.topics.completions
         with tracer.start_as_current_span(
             "publish completion", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
@@ -191,6 +194,12 @@ class RolloutProducer(Lifecycle):
                 partition=await self._next_partition(topic, completion),
                 headers=inject_context([CONTENT_TYPE]),
             )
+
+
+def _refuse_canary_space(batch_id: str) -> None:
+    """The aggregator ignores canary batch ids: a learner batch named so would never come."""
+    if is_canary_batch(batch_id):
+        raise ValueError(f"batch id {batch_id!r} is in the judge-canary space; rename the batch")
 
 
 @contextlib.contextmanager

@@ -68,6 +68,7 @@ from schemas import (
     encode,
     extract_context,
     inject_context,
+    is_canary_batch,
     unpack_programs,
 )
 
@@ -467,7 +468,9 @@ class _Worker:
         """resolve tests → cache lookup or bounded execution; (event, cache hit)."""
         if self.problems is None:
             raise RuntimeError("worker not started")
-        if self.cache is None:  # no fingerprint needed, nor the inline suite's digest
+        # A judge canary must run every time (a cached verdict would hide the drift it
+        # watches for), and its result is not shared.
+        if self.cache is None or is_canary_batch(completion.batch_id):
             suite = await self.problems.resolve(completion)
             return await self._run_bounded(completion, suite), False
         suite, digest = await self.problems.resolve_with_digest(completion)

@@ -6,6 +6,7 @@ This package imports nothing else of rewardbus; every other package imports it.
 """
 
 from schemas.cache import CachedResult
+from schemas.canary import CANARY_BATCH_PREFIX, is_canary_batch
 from schemas.codec import SchemaError, decode, decode_json, encode, encode_json, suite_digest
 from schemas.errors import RewardbusError
 from schemas.headers import CONTENT_TYPE, Headers, extract_context, header, inject_context
@@ -42,6 +43,7 @@ from schemas.state import (
 from schemas.topics import Topics
 
 __all__ = [
+    "CANARY_BATCH_PREFIX",
     "CONTENT_TYPE",
     "SCHEMA_VERSION",
     "AggregatorRecord",
@@ -78,6 +80,7 @@ __all__ = [
     "extract_context",
     "header",
     "inject_context",
+    "is_canary_batch",
     "program_sample_id",
     "state_key",
     "suite_digest",

@@ -1,0 +1,80 @@
+"""``rewardbus canary``: the canary loop as its own process (parsed flags in, exit status out).
+
+Its own process, not an option of the aggregator or a worker: it is a prober of
+the whole judging path, one per deployment, started and scaled apart from the
+trainers' learners; it must keep probing while a learner restarts, and a canary
+loop that stalls must not stall aggregation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TextIO
+
+from rewardbus.canary.golden import GoldenSetError, load_golden
+from rewardbus.canary.loop import CanaryConfig, CanaryOutcome, CanaryStats, run_canaries
+from schemas import KafkaSettings
+
+__all__ = ["print_outcome", "print_summary", "run_command"]
+
+
+async def run_command(
+    args: argparse.Namespace, kafka: KafkaSettings, *, shutdown: Awaitable[None]
+) -> int:
+    """Run the loop as ``args`` say; 0 when every canary answered matched, 1 otherwise."""
+    languages = [x for x in args.languages.split(",") if x] if args.languages else None
+    try:
+        canaries = load_golden(Path(args.golden) if args.golden else None, languages=languages)
+    except GoldenSetError as exc:
+        print(f"rewardbus canary: {exc}", file=sys.stderr)
+        return 2
+    if not canaries:
+        print("rewardbus canary: no canaries selected", file=sys.stderr)
+        return 2
+    config = CanaryConfig(
+        rate_per_s=args.rate,
+        max_in_flight=args.max_in_flight,
+        answer_timeout_s=args.timeout,
+        rounds=1 if args.once else args.rounds,
+    )
+    print(
+        f"rewardbus canary: {len(canaries)} canaries at {config.rate_per_s:g}/s, "
+        f"batch id {config.batch_id}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def show(outcome: CanaryOutcome) -> None:
+        print_outcome(outcome, sys.stdout)
+
+    stats = await run_canaries(kafka, canaries, config, shutdown=shutdown, on_outcome=show)
+    print_summary(stats, sys.stdout)
+    return 0 if stats.mismatched == 0 and stats.unanswered == 0 else 1
+
+
+def print_outcome(outcome: CanaryOutcome, out: TextIO) -> None:
+    """One line per judged canary: ok / MISMATCH / UNANSWERED, name, verdicts, worker."""
+    canary, event = outcome.canary, outcome.event
+    if event is None:
+        out.write(f"UNANSWERED {canary.full_name}: {outcome.error}\n")
+    elif outcome.mismatch is None:
+        out.write(
+            f"ok         {canary.full_name}: {event.verdict.value} {event.score:.3g}"
+            f" (worker {event.worker_id})\n"
+        )
+    else:
+        out.write(f"MISMATCH   {canary.full_name}: {outcome.mismatch.reason}\n")
+    out.flush()
+
+
+def print_summary(stats: CanaryStats, out: TextIO) -> None:
+    """The totals, last."""
+    out.write(
+        f"canaries sent {stats.sent}: {stats.matched} matched, {stats.mismatched} mismatched,"
+        f" {stats.unanswered} unanswered\n"
+    )
+    out.flush()
+
