@@ -119,7 +119,7 @@ async def score_sample(
         return _counted(failure_result("invalid_input", settings, timed_out=False))
     # A child of whatever span the trainer has open (its step, its rollout): the
     # sample's publish, judging and reward join the trainer's trace under it.
-    attributes = {
+    attributes: dict[str, str | int] = {
         "rewardbus.sample_id": task.completion.sample_id,
         "rewardbus.data_source": data_source,
         "rewardbus.group_id": group_id,
