@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print the summary as JSON last")
     demo.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
     demo.add_argument("--timeout", type=float, default=600.0)
+    demo.add_argument(
+        "--trace",
+        action="store_true",
+        help="export every component's spans to Jaeger (started on 127.0.0.1 if none runs)",
+    )
 
     _train_demo_parser(sub)
 
@@ -90,7 +95,38 @@ def _parser() -> argparse.ArgumentParser:
     judge.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
 
     sub.add_parser("doctor", help="report which sandbox isolation layers work on this host")
+    _observability_parsers(sub)
     return p
+
+
+def _observability_parsers(sub: Any) -> None:
+    jaeger = sub.add_parser(
+        "jaeger", help="run Jaeger v2 (in-memory) on 127.0.0.1; built once into the cache"
+    )
+    jaeger.add_argument("--otlp-grpc-port", type=int, default=4317)
+    jaeger.add_argument("--otlp-http-port", type=int, default=4318)
+    jaeger.add_argument("--query-port", type=int, default=16686, help="query API and UI")
+    jaeger.add_argument("--query-grpc-port", type=int, default=16685)
+    jaeger.add_argument("--max-traces", type=int, default=100_000)
+
+    trace = sub.add_parser(
+        "trace", help="one sample's (or batch's) trace from Jaeger, as a waterfall"
+    )
+    trace.add_argument("sample_id", nargs="?", help="the sample to show")
+    trace.add_argument("--batch", metavar="BATCH_ID", help="show a scored batch and its samples")
+    trace.add_argument("--json", action="store_true", help="print the span tree as JSON")
+    trace.add_argument(
+        "--jaeger-url",
+        default=None,
+        help="Jaeger query service (env REWARDBUS_JAEGER_URL; default http://127.0.0.1:16686)",
+    )
+    trace.add_argument(
+        "--lookback", type=float, default=86_400.0, metavar="S", help="search this far back"
+    )
+    trace.add_argument(
+        "--wait", type=float, default=5.0, metavar="S", help="wait this long for late spans"
+    )
+    trace.add_argument("--width", type=int, default=40, help="bar width in characters")
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judge": commands.judge,
         "doctor": commands.doctor,
         "train-demo": commands.train_demo,
+        "jaeger": commands.jaeger,
+        "trace": commands.trace,
     }
     try:
         return _run(handlers[args.command](args))

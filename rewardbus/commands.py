@@ -23,8 +23,10 @@ __all__ = [
     "broker",
     "demo",
     "doctor",
+    "jaeger",
     "judge",
     "topics",
+    "trace",
     "train_demo",
     "worker",
 ]
@@ -175,6 +177,7 @@ async def demo(args: argparse.Namespace) -> int:
         strict=not args.no_strict,
         timeout_s=args.timeout,
         bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
+        jaeger_url=await _jaeger_for_demo() if args.trace else None,
     )
     if not args.verbose:  # the progress bar and summary are the demo's output
         logging.getLogger("consumers").setLevel(logging.WARNING)
@@ -183,6 +186,96 @@ async def demo(args: argparse.Namespace) -> int:
         return await run_demo(options, shutdown=_shutdown_future())
     finally:
         flush()
+
+
+async def _jaeger_for_demo() -> str:
+    """A Jaeger on its default ports that outlives the demo; the demo's spans go there."""
+    from rewardbus.observability.gotools import ToolBuildError, cache_root
+    from rewardbus.observability.jaeger import JaegerConfig, JaegerError, ensure_running
+
+    config = JaegerConfig()
+    log = cache_root(os.environ) / "jaeger.log"
+    try:
+        pid = await ensure_running(config, env=os.environ, log_path=log)
+    except (JaegerError, ToolBuildError) as exc:
+        raise UsageError(f"--trace: {exc}") from None
+    if pid is None:
+        where = f"the Jaeger already running at {config.query_url}"
+    else:
+        where = f"Jaeger (pid {pid}, log {log}); it keeps the traces: stop it with `kill {pid}`"
+    print(f"rewardbus demo: spans go to {where}", file=sys.stderr, flush=True)
+    # Traces only (Jaeger takes no OTLP metrics); the worker processes inherit it.
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{config.otlp_http_endpoint}/v1/traces"
+    return config.query_url
+
+
+async def jaeger(args: argparse.Namespace) -> int:
+    """``rewardbus jaeger``: Jaeger v2 in the foreground until SIGTERM or Ctrl-C."""
+    from rewardbus.observability.gotools import ToolBuildError
+    from rewardbus.observability.jaeger import JaegerConfig, JaegerError, serve
+
+    config = JaegerConfig(
+        otlp_grpc_port=args.otlp_grpc_port,
+        otlp_http_port=args.otlp_http_port,
+        query_port=args.query_port,
+        query_grpc_port=args.query_grpc_port,
+        max_traces=args.max_traces,
+    )
+
+    def ready(running: JaegerConfig) -> None:
+        print(
+            f"Jaeger ready: OTLP/HTTP {running.otlp_http_endpoint}, OTLP/gRPC "
+            f"{running.otlp_grpc_endpoint}, query {running.query_url} (Ctrl-C to stop)\n"
+            f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={running.otlp_http_endpoint}/v1/traces",
+            flush=True,
+        )
+
+    try:
+        await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
+    except (JaegerError, ToolBuildError) as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
+async def trace(args: argparse.Namespace) -> int:
+    """``rewardbus trace SAMPLE_ID`` / ``--batch BATCH_ID``: a waterfall from Jaeger's API."""
+    from rewardbus.observability.jaeger_query import (
+        DEFAULT_QUERY_URL,
+        JaegerQuery,
+        JaegerQueryError,
+        TraceNotFound,
+    )
+    from rewardbus.observability.trace_view import (
+        batch_trace,
+        render_batch,
+        render_sample,
+        sample_trace,
+        waiting_for_spans,
+    )
+    from rewardbus.observability.waterfall import WaterfallStyle
+
+    if bool(args.sample_id) == bool(args.batch):
+        raise UsageError("give a SAMPLE_ID or --batch BATCH_ID (one of them)")
+    url = args.jaeger_url or os.environ.get("REWARDBUS_JAEGER_URL") or DEFAULT_QUERY_URL
+    query = JaegerQuery(url)
+    style = WaterfallStyle(bar_width=max(10, args.width))
+
+    def show() -> str:
+        if args.batch:
+            found = batch_trace(query, args.batch, lookback_s=args.lookback)
+            return render_batch(found, as_json=args.json, style=style)
+        one = sample_trace(query, args.sample_id, lookback_s=args.lookback)
+        return render_sample(one, as_json=args.json, style=style)
+
+    try:
+        text = await asyncio.to_thread(waiting_for_spans, show, args.wait)
+    except TraceNotFound as exc:
+        print(f"rewardbus trace: {exc} (at {url})", file=sys.stderr)
+        return 1
+    except JaegerQueryError as exc:
+        raise UsageError(str(exc)) from None
+    print(text, flush=True)
+    return 0
 
 
 async def train_demo(args: argparse.Namespace) -> int:

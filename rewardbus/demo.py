@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
@@ -30,6 +30,7 @@ from rewardbus.local import (
     embedded_broker,
     worker_pool,
 )
+from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL
 from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
@@ -50,6 +51,9 @@ class DemoOptions:
     timeout_s: float = 600.0
     bootstrap: str | None = None
     deadline_s: float = 300.0
+    # Jaeger's query URL when spans are exported there (--trace): the demo ends by
+    # saying how to look at one sample's trace.
+    jaeger_url: str | None = None
 
 
 @dataclass
@@ -122,7 +126,32 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
             progress.draw(final=True)
         summary = _summary(samples, progress, options)
     _print_summary(summary, as_json=options.json)
+    if options.jaeger_url is not None:
+        # With --json the JSON line stays the last line of stdout.
+        _print_trace_hint(
+            progress, options.jaeger_url, out=sys.stderr if options.json else sys.stdout
+        )
     return 0 if summary["ok"] else 1
+
+
+def _print_trace_hint(progress: _Progress, jaeger_url: str, *, out: TextIO) -> None:
+    """Point at the slowest sample's trace (produce to reward) and its batch's."""
+    slowest = max(
+        (k for k in progress.reward_at if k in progress.sent_at),
+        key=lambda k: progress.reward_at[k] - progress.sent_at[k],
+        default=None,
+    )
+    if slowest is None:
+        return
+    event = progress.rewards[slowest]
+    url = "" if jaeger_url == DEFAULT_QUERY_URL else f" --jaeger-url {jaeger_url}"
+    print(
+        f"\ntraces (Jaeger query API at {jaeger_url}):\n"
+        f"  rewardbus trace {slowest}{url}          # the slowest sample, as a waterfall\n"
+        f"  rewardbus trace --batch {event.batch_id}{url}   # its batch and every sample in it",
+        file=out,
+        flush=True,
+    )
 
 
 def _say(message: str) -> None:

@@ -1,0 +1,144 @@
+"""Jaeger, Prometheus and promtool, built once from the Go module proxy into the cache.
+
+No image registry or download site is reachable on the machines this project runs
+on, but the Go module proxy is: each tool is built from source into
+``$REWARDBUS_CACHE/bin/<name>-<version>`` the first time it is needed and reused
+after that. A build writes to a temporary name and renames it into place, so an
+interrupted build never leaves a half-written binary that looks installed.
+
+Jaeger's go.mod has replace directives, which ``go install pkg@version`` refuses;
+building it as a tool dependency of a throwaway module works (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "JAEGER",
+    "PROMETHEUS",
+    "PROMTOOL",
+    "GoTool",
+    "ToolBuildError",
+    "cache_root",
+    "ensure",
+]
+
+GO_FLAGS = ("-trimpath", "-ldflags=-s -w")
+
+
+class ToolBuildError(RuntimeError):
+    """A tool could not be built; the message names the command and its output."""
+
+
+@dataclass(frozen=True, slots=True)
+class GoTool:
+    """One program built from a Go module at a pinned version."""
+
+    name: str
+    module: str
+    package: str
+    version: str
+    as_tool: bool = False  # build through `go get -tool` in a throwaway module
+
+    @property
+    def binary_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+JAEGER = GoTool(
+    "jaeger",
+    "github.com/jaegertracing/jaeger",
+    "github.com/jaegertracing/jaeger/cmd/jaeger",
+    "v1.76.0",  # the v1-tagged twin of Jaeger v2.13.0
+    as_tool=True,
+)
+PROMETHEUS = GoTool(
+    "prometheus",
+    "github.com/prometheus/prometheus",
+    "github.com/prometheus/prometheus/cmd/prometheus",
+    "v0.316.0",  # Prometheus 3.x
+)
+PROMTOOL = GoTool(
+    "promtool",
+    "github.com/prometheus/prometheus",
+    "github.com/prometheus/prometheus/cmd/promtool",
+    "v0.316.0",
+)
+TOOLS = {tool.name: tool for tool in (JAEGER, PROMETHEUS, PROMTOOL)}
+
+
+def cache_root(env: Mapping[str, str]) -> Path:
+    return Path(env.get("REWARDBUS_CACHE") or Path.home() / ".cache" / "rewardbus")
+
+
+def ensure(tool: GoTool, env: Mapping[str, str], *, quiet: bool = False) -> Path:
+    """The path of ``tool``'s binary, building it first if the cache has none."""
+    bin_dir = cache_root(env) / "bin"
+    target = bin_dir / tool.binary_name
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    go = shutil.which("go", path=env.get("PATH"))
+    if go is None:
+        raise ToolBuildError(f"building {tool.name} needs Go (https://go.dev/dl) on PATH")
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        print(
+            f"building {tool.name} {tool.version} from the Go module proxy (once) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    go_env = _go_env(env)
+    with tempfile.TemporaryDirectory(prefix=f"build-{tool.name}-") as work:
+        partial = bin_dir / f".{tool.binary_name}.partial"
+        if tool.as_tool:
+            _go(go, ["mod", "init", f"rewardbus-{tool.name}-build"], work, go_env)
+            _go(go, ["get", "-tool", f"{tool.package}@{tool.version}"], work, go_env)
+            _go(go, ["build", *GO_FLAGS, "-o", str(partial), tool.package], work, go_env)
+        else:
+            go_env["GOBIN"] = work
+            _go(go, ["install", *GO_FLAGS, f"{tool.package}@{tool.version}"], work, go_env)
+            shutil.move(str(Path(work) / tool.package.rsplit("/", 1)[-1]), partial)
+        partial.rename(target)
+    return target
+
+
+def _go_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Module and build caches under the project cache, so clones and CI runs share them."""
+    go_cache = cache_root(env) / "go"
+    merged = dict(env)
+    merged.setdefault("GOMODCACHE", str(go_cache / "mod"))
+    merged.setdefault("GOCACHE", str(go_cache / "build"))
+    merged.setdefault("GOFLAGS", "-modcacherw")
+    return merged
+
+
+def _go(go: str, args: list[str], cwd: str, env: Mapping[str, str]) -> None:
+    done = subprocess.run(  # noqa: S603 -- argv list, no shell
+        [go, *args], cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout)[-2000:]
+        raise ToolBuildError(f"go {' '.join(args)} failed ({done.returncode}):\n{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rewardbus.observability.gotools [NAME ...]``: build (or find) the tools."""
+    names = (argv if argv is not None else sys.argv[1:]) or list(TOOLS)
+    for name in names:
+        if name not in TOOLS:
+            print(f"unknown tool {name!r}; known: {', '.join(TOOLS)}", file=sys.stderr)
+            return 2
+        print(ensure(TOOLS[name], os.environ))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
