@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars
+.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -42,13 +42,18 @@ $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 	    dependency:copy-dependencies -DoutputDirectory=$(KAFKA_LIB) -DincludeScope=runtime
 	touch $@
 
+# Jaeger, Prometheus and promtool, built once from the Go module proxy into
+# $(REWARDBUS_CACHE)/bin (needs Go on PATH; minutes the first time, nothing after).
+observability-tools: $(VENV)/.installed
+	$(BIN)/python -m rewardbus.observability.gotools
+
 demo: setup
 	$(BIN)/rewardbus demo
 
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup setup-verl
+test: setup setup-verl observability-tools
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 train-demo: setup setup-verl
