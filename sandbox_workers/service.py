@@ -106,8 +106,15 @@ class WorkerConfig:
     commit_interval_s: float = 0.5
     drain_timeout_s: float = 30.0
     group_instance_id: str | None = None
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 1_000
+    # Failover after a kill -9 takes the session timeout plus one heartbeat: 6 s is the
+    # broker's smallest allowed (group.min.session.timeout.ms); a 500 ms heartbeat tells
+    # the survivors of a rebalance within half a second (tests/integration/test_faults.py).
+    session_timeout_ms: int = 6_000
+    # A static member (group_instance_id) keeps its partitions across a restart only if
+    # it is back within its session timeout: a worker restart takes 2-6 s on a busy
+    # machine, so static members get a longer one (and a dead one fails over that late).
+    static_session_timeout_ms: int = 30_000
+    heartbeat_interval_ms: int = 500
     produce_retry_backoff_s: float = 0.5
     # Retriable produce errors are retried this often before the input is dead-lettered.
     produce_attempts: int = 20
@@ -126,6 +133,13 @@ class WorkerConfig:
     @property
     def in_flight_limit(self) -> int:
         return self.max_in_flight or 2 * self.concurrency
+
+    @property
+    def effective_session_timeout_ms(self) -> int:
+        """The session timeout the consumer uses: longer for a static member."""
+        if self.group_instance_id is not None:
+            return self.static_session_timeout_ms
+        return self.session_timeout_ms
 
 
 @dataclass
@@ -180,7 +194,7 @@ class _Worker:
             ConsumerOptions(
                 group_id=config.group_id,
                 group_instance_id=config.group_instance_id,
-                session_timeout_ms=config.session_timeout_ms,
+                session_timeout_ms=config.effective_session_timeout_ms,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
                 max_poll_records=config.in_flight_limit,
                 # Partitions are paused whenever the in-flight limit is reached; after a
