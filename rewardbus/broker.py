@@ -104,6 +104,12 @@ class BrokerConfig:
     num_partitions: default partition count of auto-created topics.
     heap: the JVM's maximum heap (-Xmx).
     startup_timeout_s: budget for formatting storage plus the broker becoming ready.
+    node_id / quorum_voters / cluster_id: one node of a multi-node cluster
+        (`rewardbus.cluster`): Kafka's `controller.quorum.voters` ("1@host:port,2@...") and
+        the storage id all its nodes share. None (the default) is a single node formatted
+        `--standalone` with a fresh id.
+    replication_factor / min_insync_replicas: for the internal topics and as the defaults of
+        new topics; 1 on a single node.
     """
 
     kafka_lib: Path | None = None
@@ -114,6 +120,11 @@ class BrokerConfig:
     num_partitions: int = 4
     heap: str = "512m"
     startup_timeout_s: float = 60.0
+    node_id: int = 1
+    quorum_voters: str | None = None
+    cluster_id: str | None = None
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
 
 
 def default_kafka_lib() -> Path:
@@ -195,10 +206,16 @@ def _new_cluster_id() -> str:
 def _server_properties(config: BrokerConfig, port: int, controller_port: int, log_dir: Path) -> str:
     host = config.host
     internal_topics = str(_INTERNAL_TOPIC_PARTITIONS)
+    replicas, min_isr = str(config.replication_factor), str(config.min_insync_replicas)
+    quorum = (
+        {"controller.quorum.voters": config.quorum_voters}
+        if config.quorum_voters
+        else {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
+    )
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+        "node.id": str(config.node_id),
+        **quorum,
         "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -207,14 +224,14 @@ def _server_properties(config: BrokerConfig, port: int, controller_port: int, lo
         "log.dirs": str(log_dir),
         "num.partitions": str(config.num_partitions),
         "auto.create.topics.enable": "true",
-        # One node: every replication factor and min ISR is 1.
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        # 1 on one node; a cluster's nodes replicate everything, internal topics included.
+        "default.replication.factor": replicas,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": replicas,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min_isr,
         # The defaults (50 partitions each) are sized for clusters; on one node they only
         # slow the first consumer group and transaction down.
         "offsets.topic.num.partitions": internal_topics,
@@ -659,6 +676,14 @@ class EmbeddedBroker:
             if run is not None:
                 run.release(timeout_s)
 
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would, and reap it (fault tests). A kept data_dir
+        survives, so start() brings the same node back; a temporary one is removed."""
+        child = self._run.child if self._run is not None else None
+        if child is not None:
+            child.kill()
+        self.stop()
+
     def wait(self, timeout_s: float | None = None) -> int | None:
         """Block until the broker process exits; return its exit status (None on timeout
         or when it is not started)."""
@@ -727,9 +752,10 @@ class EmbeddedBroker:
             *runtime.command(self._config, run.layout.log4j, run.archive.use_flags()),
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
+            # A static voter set (a cluster) needs no bootstrap controller of its own.
+            *([] if self._config.quorum_voters else ["--standalone"]),
             "--cluster-id",
-            _new_cluster_id(),
+            self._config.cluster_id or _new_cluster_id(),
             "--config",
             str(run.layout.server_properties),
         ]

@@ -26,25 +26,36 @@ _RESULT_CACHE = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 
 
 
 async def ensure_topics(
-    kafka: KafkaSettings, *, partitions: int = 4, replication_factor: int = 1
+    kafka: KafkaSettings,
+    *,
+    partitions: int = 4,
+    replication_factor: int = 1,
+    min_insync_replicas: int | None = None,
 ) -> None:
     """Create every rewardbus topic that does not exist yet.
 
     Rewards, manifests and scored batches share one partition count so that one
     aggregator instance sees everything about a batch. The problems topic and the
     aggregator's state topic are compacted (latest value per key); the result
-    cache is compacted and its entries expire.
+    cache is compacted and its entries expire. ``min_insync_replicas`` (None: the
+    broker's default) is set on every topic: with replication factor 3 and 2, an
+    acks=all write survives one broker down and is never acknowledged by one alone.
     """
     t = kafka.topics
+    isr = {} if min_insync_replicas is None else {"min.insync.replicas": str(min_insync_replicas)}
+
+    def topic(name: str, count: int, configs: dict[str, str] | None = None) -> NewTopic:
+        return NewTopic(name, count, replication_factor, topic_configs=(configs or {}) | isr)
+
     wanted = [
-        NewTopic(t.completions, partitions, replication_factor, topic_configs=_LARGE),
-        NewTopic(t.rewards, partitions, replication_factor),
-        NewTopic(t.manifests, partitions, replication_factor),
-        NewTopic(t.scored, partitions, replication_factor),
-        NewTopic(t.dlq, 1, replication_factor, topic_configs=_LARGE),
-        NewTopic(t.problems, partitions, replication_factor, topic_configs=_COMPACTED | _LARGE),
-        NewTopic(t.aggregator_state, partitions, replication_factor, topic_configs=_COMPACTED),
-        NewTopic(t.result_cache, partitions, replication_factor, topic_configs=_RESULT_CACHE),
+        topic(t.completions, partitions, _LARGE),
+        topic(t.rewards, partitions),
+        topic(t.manifests, partitions),
+        topic(t.scored, partitions),
+        topic(t.dlq, 1, _LARGE),
+        topic(t.problems, partitions, _COMPACTED | _LARGE),
+        topic(t.aggregator_state, partitions, _COMPACTED),
+        topic(t.result_cache, partitions, _RESULT_CACHE),
     ]
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()

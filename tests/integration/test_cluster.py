@@ -1,0 +1,287 @@
+"""A three-broker KRaft cluster under faults: the partition leader is killed -9 mid-run.
+
+Topics have replication factor 3 and min.insync.replicas=2, every producer uses acks=all.
+The node leading partitions of both the completions and the rewards topic is SIGKILLed while
+completions stream in and rewards stream out, and restarted later; every sample must be in
+exactly one scored batch, exactly once, and producer, workers, aggregator and learner ride
+through without a restart. The reward gap around the kill is measured and printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError
+
+from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from producers import RolloutProducer
+from rewardbus.cluster import Cluster, ClusterConfig
+from rewardbus.topics import await_group_members, ensure_topics
+from rewardbus.wiring import SandboxOptions, build_executor
+from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
+from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEvent, Topics, decode
+
+pytestmark = pytest.mark.integration
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+BATCHES, BATCH_SIZE = 8, 25
+KILL_AFTER, RESTART_AFTER = 50, 50  # rewards seen before the kill; more seen before the restart
+IN_FLIGHT = 24  # published but not yet rewarded: the producer keeps this much work queued
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(ClusterConfig(brokers=3, num_partitions=4)) as running:
+        yield running
+
+
+def _batch(batch_id: str) -> tuple[BatchManifest, list[Completion]]:
+    suite = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
+    completions = [
+        Completion(
+            sample_id=f"{batch_id}-s{i:03d}",
+            batch_id=batch_id,
+            group_id=f"{batch_id}-g{i // 5}",
+            code=f"# {batch_id} {i}\n{ADD}",  # distinct programs: the result cache stays out
+            tests=suite,
+        )
+        for i in range(BATCH_SIZE)
+    ]
+    manifest = BatchManifest(
+        batch_id=batch_id,
+        sample_ids=[c.sample_id for c in completions],
+        group_ids=[c.group_id for c in completions],
+        group_size=5,
+        deadline=time.time() + 600,
+    )
+    return manifest, completions
+
+
+class RewardWatch:
+    """Every reward record as it arrives (its own consumer, no group): arrival times."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.arrivals: list[tuple[float, str]] = []
+        self._kafka = kafka
+        self._changed = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(**self._kafka.client_kwargs())
+        await consumer.start()
+        try:
+            topic = self._kafka.topics.rewards
+            # A group-less consumer's metadata may not list a topic this new yet: ask an admin.
+            leaders = await _leaders(self._kafka, [topic])
+            parts = [TopicPartition(topic, p) for p in leaders[topic]]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            while not stop.is_set():
+                batches = await consumer.getmany(timeout_ms=100)
+                now = time.monotonic()
+                for records in batches.values():
+                    for record in records:
+                        assert record.value is not None
+                        self.arrivals.append((now, decode(record.value, RewardEvent).sample_id))
+                self._changed.set()
+        finally:
+            await consumer.stop()
+
+    async def until(self, count: int, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.arrivals) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"only {len(self.arrivals)} of {count} rewards arrived")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+
+    def gap_around(self, at: float) -> tuple[float, float]:
+        """(longest stretch without a reward that spans `at`, time from `at` to the next one)."""
+        before = max((t for t, _ in self.arrivals if t <= at), default=at)
+        after = min((t for t, _ in self.arrivals if t > at), default=float("inf"))
+        return after - before, after - at
+
+
+async def _leaders(kafka: KafkaSettings, topics: list[str]) -> dict[str, dict[int, int]]:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {t["topic"]: {p["partition"]: p["leader"] for p in t["partitions"]} for t in described}
+
+
+async def _leaders_without(
+    kafka: KafkaSettings, topics: list[str], node: int, timeout_s: float = 120
+) -> dict[str, dict[int, int]]:
+    """Poll until no partition of `topics` names `node` as its leader (it was killed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(KafkaError):  # the admin may try the dead node first
+            leaders = await _leaders(kafka, topics)
+            if all(node not in parts.values() for parts in leaders.values()):
+                return leaders
+        if time.monotonic() > deadline:
+            raise AssertionError(f"node {node} still leads partitions after {timeout_s} s")
+        await asyncio.sleep(0.2)
+
+
+async def _min_isr(kafka: KafkaSettings, topics: list[str]) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
+        responses = await admin.describe_configs(resources)
+    finally:
+        await admin.close()
+    found = {}
+    for response in responses:
+        for _err, _msg, _type, name, entries in response.resources:
+            found[name] = next(e[1] for e in entries if e[0] == "min.insync.replicas")
+    return found
+
+
+def _victim(leaders: dict[str, dict[int, int]]) -> int:
+    """The node leading the most partitions among those that lead some of every topic."""
+    led = Counter(node for parts in leaders.values() for node in parts.values())
+    both = set.intersection(*(set(parts.values()) for parts in leaders.values()))
+    assert both, f"no node leads a partition of every topic: {leaders}"
+    return max(both, key=lambda node: led[node])
+
+
+@asynccontextmanager
+async def _task(
+    start: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
+) -> AsyncIterator[None]:
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ready = asyncio.Event()
+    task = asyncio.ensure_future(start(stop, ready))
+    waiter = asyncio.ensure_future(ready.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=120)
+    waiter.cancel()
+    if task.done():
+        task.result()
+    try:
+        yield
+    finally:
+        if not stop.done():
+            stop.set_result(None)
+        await asyncio.wait_for(task, timeout=120)
+
+
+def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats):  # type: ignore[no-untyped-def]
+    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
+    config = WorkerConfig(group_id=f"{kafka.topics.prefix}workers", worker_id=worker_id)
+
+    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
+        try:
+            return await run_worker(
+                kafka, config, executor, shutdown=stop, ready=ready, stats=stats
+            )
+        finally:
+            await executor.aclose()
+
+    return serve
+
+
+def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
+    config = AggregatorConfig(group_id=f"{kafka.topics.prefix}agg")
+    return lambda stop, ready: run_aggregator(kafka, config, shutdown=stop, ready=ready)
+
+
+async def _publish(
+    kafka: KafkaSettings, watch: RewardWatch, batches: list[tuple[BatchManifest, list[Completion]]]
+) -> float:
+    """Publish every batch, keeping IN_FLIGHT samples queued; the slowest publish call (s)."""
+    slowest, published = 0.0, 0
+    async with RolloutProducer(kafka) as producer:
+        for manifest, completions in batches:
+            await producer.publish_manifest(manifest)
+            for completion in completions:
+                await watch.until(published - IN_FLIGHT)
+                started = time.monotonic()
+                await producer.publish(completion)
+                slowest = max(slowest, time.monotonic() - started)
+                published += 1
+    return slowest
+
+
+# Three JVMs start (~25 s on 2 busy cores), two failovers, 200 sandboxed executions.
+@pytest.mark.timeout(480)
+async def test_leader_kill_and_restart_lose_and_duplicate_nothing(cluster: Cluster) -> None:
+    topics = Topics(prefix=f"c{time.time_ns():x}.")
+    kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers, topics=topics)
+    await ensure_topics(kafka, partitions=4, replication_factor=3, min_insync_replicas=2)
+    assert set((await _min_isr(kafka, [topics.completions, topics.rewards])).values()) == {"2"}
+    leaders = await _leaders(kafka, [topics.completions, topics.rewards])
+    victim = _victim(leaders)
+    batches = [_batch(f"k{b}") for b in range(BATCHES)]
+    total = BATCHES * BATCH_SIZE
+    stats = [WorkerStats(), WorkerStats()]
+    watch, stop_watch = RewardWatch(kafka), asyncio.Event()
+    watcher = asyncio.ensure_future(watch.run(stop_watch))
+    async with (
+        _task(_aggregator(kafka)),
+        _task(_worker(kafka, "w1", stats[0])),
+        _task(_worker(kafka, "w2", stats[1])),
+        ScoredBatches(kafka, group_id=f"{topics.prefix}learner") as learner,
+    ):
+        await await_group_members(kafka, f"{topics.prefix}workers", 2, timeout_s=120)
+        publisher = asyncio.ensure_future(_publish(kafka, watch, batches))
+        await watch.until(KILL_AFTER)
+        killed_at = time.monotonic()
+        await asyncio.to_thread(cluster.kill, victim)
+        seen_at_kill = len(watch.arrivals)
+        moved = await _leaders_without(kafka, [topics.completions, topics.rewards], victim)
+        new_leaders_after = time.monotonic() - killed_at
+        await watch.until(seen_at_kill + RESTART_AFTER)
+        restart_began = time.monotonic()
+        await asyncio.to_thread(cluster.restart, victim)
+        restarted_at = time.monotonic()
+        slowest_publish = await asyncio.wait_for(publisher, timeout=300)
+        scored = [await learner.get(m.batch_id, timeout=300) for m, _ in batches]
+    stop_watch.set()
+    await watcher
+
+    # Nothing lost, nothing twice: each batch complete, in manifest order, each sample once.
+    for (manifest, _), batch in zip(batches, scored, strict=True):
+        assert batch.complete and batch.missing == [], batch.batch_id
+        assert [s.sample_id for s in batch.samples] == manifest.sample_ids
+        assert all(s.score == 1.0 for s in batch.samples)
+    every = Counter(s.sample_id for batch in scored for s in batch.samples)
+    assert len(every) == total and set(every.values()) == {1}
+    # The victim led partitions of both topics (chosen so), and they moved while it was down.
+    assert all(moved[t] != leaders[t] for t in leaders), (leaders, moved)
+    assert stats[0].rewarded > 0 and stats[1].rewarded > 0
+
+    gap, to_next = watch.gap_around(killed_at)
+    restart_gap, _ = watch.gap_around(restart_began)
+    rewards = Counter(sample for _, sample in watch.arrivals)
+    figures = {
+        "victim": victim,
+        "led_partitions": {t: sorted(p for p, n in parts.items() if n == victim)
+                           for t, parts in leaders.items()},
+        "new_leaders_after_s": round(new_leaders_after, 2),
+        "no_reward_gap_around_kill_s": round(gap, 2),
+        "kill_to_next_reward_s": round(to_next, 2),
+        "no_reward_gap_around_restart_s": round(restart_gap, 2),
+        "restart_s": round(restarted_at - restart_began, 2),
+        "slowest_publish_s": round(slowest_publish, 2),
+        "rewards_produced": len(watch.arrivals),
+        "samples_judged_twice": sum(1 for c in rewards.values() if c > 1),
+        "samples": total,
+    }  # fmt: skip
+    print("cluster failover:", json.dumps(figures))
+    assert set(rewards) == set(every)
