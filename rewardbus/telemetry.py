@@ -2,7 +2,8 @@
 
 Components use the OpenTelemetry API alone; the application shell decides where
 spans and metrics go. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or an explicit endpoint)
-spans and metrics are exported over OTLP/HTTP, e.g. to Jaeger. With a
+spans and metrics are exported over OTLP/HTTP, e.g. to a collector;
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` sends spans alone (what Jaeger takes). With a
 :class:`MetricsEndpoint` the metrics are also served for Prometheus to scrape
 (``/metrics``, text exposition format; docs/metrics.md lists them).
 """
@@ -98,7 +99,7 @@ def configure_telemetry(
     if set_global and (endpoint or processors):
         trace.set_tracer_provider(provider)
     meters, server = _configure_metrics(
-        service_name, endpoint, metrics_endpoint, set_global=set_global
+        service_name, _otlp_metrics_endpoint(env), metrics_endpoint, set_global=set_global
     )
 
     def shutdown() -> None:
@@ -127,8 +128,7 @@ def _configure_metrics(
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        url = endpoint.rstrip("/")
-        url = url.removesuffix("/v1/traces") + "/v1/metrics"
+        url = endpoint if endpoint.endswith("/v1/metrics") else endpoint.rstrip("/") + "/v1/metrics"
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=url)))
     server = None
     if served is not None:
@@ -142,6 +142,14 @@ def _configure_metrics(
     if set_global:
         metrics.set_meter_provider(provider)
     return provider, server
+
+
+def _otlp_metrics_endpoint(env: Mapping[str, str]) -> str | None:
+    """Where metrics go over OTLP: the metrics or the generic endpoint, never the
+    traces-only one (Jaeger takes traces and answers 404 to metrics)."""
+    if env.get("OTEL_METRICS_EXPORTER") == "none":
+        return None
+    return env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def _prometheus_reader(served: MetricsEndpoint) -> tuple[MetricReader, WSGIServer]:

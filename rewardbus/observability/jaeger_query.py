@@ -5,7 +5,7 @@ Two of Jaeger's APIs are used, each for what it does well:
 - ``/api/v3/traces/{trace_id}`` returns a whole trace as OTLP JSON (with links),
   parsed by :mod:`rewardbus.observability.otlp`; ``/api/v3/services`` lists services.
 - The v3 HTTP search ignores span attributes, so a trace is *found* by attribute
-  through the query service's search API (``/api/traces?service=&tag=key:value``),
+  through the query service's search API (``/api/traces?service=&tags={...}``),
   which filters by span tag inside Jaeger: only the matching trace ids travel.
 """
 
@@ -75,7 +75,7 @@ class JaegerQuery:
         for service in services if services is not None else self.services():
             params = {
                 "service": service,
-                "tag": f"{key}:{value}",
+                "tags": json.dumps({key: value}),  # any value, colons included
                 "start": str(now_us - int(lookback_s * 1e6)),
                 "end": str(now_us + 60_000_000),  # a little clock skew between hosts
                 "limit": str(limit),
