@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     _train_demo_parser(sub)
+    _canary_parser(sub)
 
     broker = sub.add_parser("broker", help="run the embedded single-node Kafka broker")
     broker.add_argument("--port", type=int, default=9092)
@@ -142,6 +143,33 @@ def _metrics_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _rate(text: str) -> float:
+    from rewardbus.canary.loop import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _canary_parser(sub: Any) -> None:
+    canary = sub.add_parser(
+        "canary",
+        help="judge the golden set continuously through the live topics (docs/canaries.md)",
+    )
+    _common(canary)
+    canary.add_argument(
+        "--rate", type=_rate, default="0.2/s", help="canaries per second (0.2/s, 12/min, 30/h)"
+    )
+    canary.add_argument("--once", action="store_true", help="one pass over the set, then exit")
+    canary.add_argument("--rounds", type=int, default=None, help="passes over the set, then exit")
+    canary.add_argument("--languages", default="", help="comma-separated subset of languages")
+    canary.add_argument("--golden", default=None, help="a directory of golden-set TOML files")
+    canary.add_argument("--timeout", type=float, default=180.0, help="seconds to wait per canary")
+    canary.add_argument("--max-in-flight", type=int, default=8)
+    _metrics_flags(canary)
+
+
 def _train_demo_parser(sub: Any) -> None:
     train = sub.add_parser(
         "train-demo",
@@ -195,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judge": commands.judge,
         "doctor": commands.doctor,
         "train-demo": commands.train_demo,
+        "canary": commands.canary,
         "jaeger": commands.jaeger,
         "trace": commands.trace,
     }

@@ -21,6 +21,7 @@ __all__ = [
     "UsageError",
     "aggregator",
     "broker",
+    "canary",
     "demo",
     "doctor",
     "jaeger",
@@ -276,6 +277,18 @@ async def trace(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(text, flush=True)
     return 0
+
+
+async def canary(args: argparse.Namespace) -> int:
+    """``rewardbus canary``: the golden set through the live worker group (docs/canaries.md)."""
+    from rewardbus.canary.command import run_command
+
+    kafka = _kafka(args, "rewardbus-canary")
+    telemetry = _telemetry("rewardbus-canary", args)
+    try:
+        return await run_command(args, kafka, shutdown=_shutdown_future())
+    finally:
+        telemetry.shutdown()
 
 
 async def train_demo(args: argparse.Namespace) -> int:

@@ -4,6 +4,9 @@ One file per language (``golden/<language>.toml``)::
 
     language = "python"
 
+    [limits]                          # optional: defaults for every canary of the file
+    compile_time_s = 120
+
     [suites.sum]                      # shared test suites, a schemas.TestSuite each
     kind = "io"
     inputs = ["2 3\\n"]
@@ -16,7 +19,7 @@ One file per language (``golden/<language>.toml``)::
     score = 1.0                       # optional: the score it gives
     suite = "sum"                     # or an inline [canary.tests] table
     code = '''...'''
-    [canary.limits]                   # optional: schemas.Limits fields
+    [canary.limits]                   # optional: schemas.Limits fields, over the defaults
     time_s = 1.0
 
 Each canary's full name is ``<language>/<name>``.
@@ -108,14 +111,19 @@ def parse_golden(text: str, *, source: str = "<golden>") -> list[Canary]:
         name: _suite(raw, f"{source}: suite {name}")
         for name, raw in data.get("suites", {}).items()
     }
+    defaults = data.get("limits", {})
     return [
-        _canary(raw, language, suites, f"{source}: canary #{i + 1}")
+        _canary(raw, language, suites, defaults, f"{source}: canary #{i + 1}")
         for i, raw in enumerate(data.get("canary", []))
     ]
 
 
 def _canary(
-    raw: Mapping[str, Any], language: str, suites: Mapping[str, TestSuite], where: str
+    raw: Mapping[str, Any],
+    language: str,
+    suites: Mapping[str, TestSuite],
+    defaults: Mapping[str, Any],
+    where: str,
 ) -> Canary:
     fields = dict(raw)
     suite_name = fields.pop("suite", None)
@@ -127,7 +135,7 @@ def _canary(
         tests = _suite(fields.pop("tests"), where)
     else:
         raise GoldenSetError(f"{where}: neither suite nor tests")
-    limits = _limits(fields.pop("limits", {}), where)
+    limits = _limits({**defaults, **fields.pop("limits", {})}, where)
     try:
         canary = Canary(
             name=str(fields.pop("name")),

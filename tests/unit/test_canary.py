@@ -108,6 +108,13 @@ def test_a_golden_file_parses_into_canaries() -> None:
     assert one.tests == IoSuite(inputs=["1\n"], outputs=["1\n"])
 
 
+def test_file_limits_are_defaults_under_each_canary() -> None:
+    defaults = 'language = "python"\n[limits]\ntime_s = 9\nmemory_mb = 64'
+    text = GOOD.replace('language = "python"', defaults)
+    (one,) = parse_golden(text)
+    assert (one.limits.time_s, one.limits.memory_mb) == (2.0, 64)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
