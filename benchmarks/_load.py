@@ -1,0 +1,258 @@
+"""Helpers of the long-running load benchmarks (overload, soak): processes, memory, workload.
+
+- ``ProcessMonitor`` samples RSS, open file descriptors and descendant counts of the
+  broker JVM, each worker, each worker's zygotes and the aggregator process.
+- ``aggregator_process`` runs the stream aggregator in a process of its own, so its
+  memory is measured apart from the benchmark's producer and watcher.
+- ``humaneval_backlog`` makes N distinct HumanEval completions (canonical and broken
+  programs, each copy tagged with a comment so no two are the same program).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from producers import HumanEvalSample, build_batches, humaneval_samples
+from schemas import BatchManifest, KafkaSettings
+
+__all__ = [
+    "ProcessMonitor",
+    "aggregator_process",
+    "flatness",
+    "humaneval_backlog",
+    "humaneval_stream",
+    "windowed_rates",
+]
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+# -- /proc ---------------------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (0 if it is gone)."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return pages * _PAGE_KB / 1024
+
+
+def open_fds(pid: int) -> int:
+    """Open file descriptors of ``pid`` (0 if it is gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        ppid = int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    """Every process below ``pid`` (children, grandchildren, ...)."""
+    found: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return found
+
+
+@dataclass
+class ProcessMonitor:
+    """Samples every ``interval_s`` the RSS (MiB) and fds of each named process and worker,
+    and every process below each worker (its zygotes, and the executions they fork).
+
+    ``series`` maps a name to (t, value) samples. Below a worker, the processes alive
+    for the whole reported window are its zygotes (``<worker>.zygotes.*``: summed RSS
+    and fds, and their count); the rest come and go with executions
+    (``<worker>.transient.processes``)."""
+
+    processes: dict[str, int]
+    workers: dict[str, int] = field(default_factory=dict)
+    interval_s: float = 1.0
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # worker name -> (t, {pid: (rss MiB, fds)}) of every process below it.
+    below: dict[str, list[tuple[float, dict[int, tuple[float, int]]]]] = field(default_factory=dict)
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        children = _children_map()
+        for name, pid in {**self.processes, **self.workers}.items():
+            self.series.setdefault(f"{name}.rss_mb", []).append((now, rss_mb(pid)))
+            self.series.setdefault(f"{name}.fds", []).append((now, open_fds(pid)))
+        for name, pid in self.workers.items():
+            found = {p: (rss_mb(p), open_fds(p)) for p in descendants(pid, children)}
+            self.below.setdefault(name, []).append((now, found))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sample until ``stop`` is set (the first sample at once)."""
+        while not stop.is_set():
+            await asyncio.to_thread(self.sample)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+
+    def _below_series(self, start: float, end: float) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for name, samples in self.below.items():
+            inside = [(t, found) for t, found in samples if start <= t <= end]
+            if not inside:
+                continue
+            lasting = set(inside[0][1]) & set(inside[-1][1])
+            for _, found in inside:
+                zygotes = [found[p] for p in lasting if p in found]
+                out.setdefault(f"{name}.zygotes.rss_mb", []).append(sum(r for r, _ in zygotes))
+                out.setdefault(f"{name}.zygotes.fds", []).append(sum(f for _, f in zygotes))
+                out.setdefault(f"{name}.zygotes.processes", []).append(len(zygotes))
+                transient = len(set(found) - lasting)
+                out.setdefault(f"{name}.transient.processes", []).append(transient)
+        return out
+
+    def report(self, start: float, end: float) -> dict[str, Any]:
+        """Per series, over [start, end]: first, max, last, and flatness."""
+        values_by_key = {
+            key: [v for t, v in points if start <= t <= end] for key, points in self.series.items()
+        }
+        values_by_key.update(self._below_series(start, end))
+        out: dict[str, Any] = {}
+        for key, values in sorted(values_by_key.items()):
+            if values:
+                out[key] = {
+                    "first": round(values[0], 1),
+                    "max": round(max(values), 1),
+                    "last": round(values[-1], 1),
+                    **flatness(values),
+                }
+        return out
+
+
+def flatness(values: Sequence[float]) -> dict[str, float]:
+    """Growth of a series: median of its last third over the median of its first third,
+    after a warm-up of the first 10 % (a 10 % rise reads 0.10)."""
+    rest = list(values[len(values) // 10 :])
+    if len(rest) < 3:
+        return {"growth": 0.0}
+    third = len(rest) // 3
+    early, late = statistics.median(rest[:third]), statistics.median(rest[-third:])
+    return {
+        "early_median": round(early, 1),
+        "late_median": round(late, 1),
+        "growth": round(late / early - 1, 4) if early else 0.0,
+    }
+
+
+def windowed_rates(times: Iterable[float], window_s: float) -> list[float]:
+    """Events per second in consecutive whole windows from the first event to the last."""
+    ordered = sorted(times)
+    if len(ordered) < 2:
+        return []
+    first = ordered[0]
+    counts = [0] * int((ordered[-1] - first) // window_s)
+    for t in ordered:
+        index = int((t - first) // window_s)
+        if index < len(counts):
+            counts[index] += 1
+    return [round(c / window_s, 2) for c in counts]
+
+
+# -- the aggregator in a process of its own ---------------------------------------------
+
+_AGGREGATOR = """
+import asyncio, signal, sys
+from consumers import AggregatorConfig, run_aggregator
+from schemas import KafkaSettings, Topics
+
+async def main() -> None:
+    kafka = KafkaSettings(bootstrap_servers=sys.argv[1], topics=Topics(prefix=sys.argv[2]))
+    stop = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set_result, None)
+    ready = asyncio.Event()
+    task = asyncio.create_task(run_aggregator(
+        kafka, AggregatorConfig(group_id=sys.argv[2] + "aggregator"), shutdown=stop, ready=ready
+    ))
+    await ready.wait()
+    print("ready", flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+@contextlib.asynccontextmanager
+async def aggregator_process(kafka: KafkaSettings) -> AsyncIterator[int]:
+    """The aggregator as a child process until the block exits; yields its pid."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _AGGREGATOR, kafka.bootstrap_servers, kafka.topics.prefix,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=90)
+        if b"ready" not in line:
+            raise RuntimeError(f"the aggregator did not start (status {await proc.wait()})")
+        yield proc.pid
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+# -- the workload ------------------------------------------------------------------------
+
+
+def humaneval_backlog(
+    count: int, *, tag: str, batch_size: int, limit: int | None = None
+) -> list[tuple[BatchManifest, list[HumanEvalSample]]]:
+    """``count`` distinct HumanEval completions (copies of the 164 canonical + 164
+    broken programs, each copy commented with ``tag`` and its number), in batches."""
+    copies = list(itertools.islice(humaneval_stream(tag=tag, limit=limit), count))
+    return list(build_batches(copies, batch_size=batch_size, run_id=tag, deadline_s=3600))
+
+
+def _copy(sample: HumanEvalSample, tag: str) -> HumanEvalSample:
+    completion = sample.completion
+    response = (completion.response or "").replace("```python\n", f"```python\n# {tag}\n", 1)
+    changed = msgspec.structs.replace(
+        completion,
+        sample_id=f"{tag}-{completion.sample_id}",
+        group_id=f"{tag}-{completion.group_id}",
+        response=response,
+    )
+    return HumanEvalSample(changed, sample.task_id, sample.canonical)
+
+
+def humaneval_stream(*, tag: str, limit: int | None = None) -> Iterator[HumanEvalSample]:
+    """Distinct HumanEval completions without end (copy ``n`` of each program is
+    commented ``<tag>-<n>``), canonical and broken program of a problem side by side."""
+    pool = humaneval_samples(limit=limit)
+    for copy in itertools.count():
+        for sample in pool:
+            yield _copy(sample, f"{tag}-{copy}")

@@ -1,0 +1,253 @@
+"""Overload without collapse: a backlog of 20,000 HumanEval completions dumped at once.
+
+One broker, two sandbox worker processes (worker i pinned to CPU i, concurrency 1,
+result cache off), the aggregator in a process of its own, on one set of topics:
+
+1. Peak (the baseline, same run): 656 completions (every HumanEval canonical and
+   broken program, twice) published at once; throughput from the first reward to
+   the last.
+2. Overload: 20,000 distinct completions (the same programs, each copy tagged)
+   published as fast as the producer goes, far more than the workers take while
+   it publishes (the report says how much more); throughput from the first reward
+   to the last, and in 10 s windows.
+
+Throughout, every process's memory is sampled each second (RSS of the broker JVM,
+each worker, each worker's zygotes and their executions, the aggregator; open fds
+and process counts too). Checked: sustained throughput >= 95 % of the peak; no
+``time_limit`` or ``sandbox_error`` verdict and every program judged right
+(canonical accepted, broken not); every scored batch complete; each process's RSS
+flat (median of the last third of the overload phase within 10 % of the first
+third's) and its maximum reported. Queue wait (produce to worker pick-up) at
+p50/p99. Prints a table and PASS/FAIL per target, then one JSON object last.
+
+    .venv/bin/python benchmarks/bench_overload.py [--quick] [--backlog N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
+
+from _common import (
+    Target,
+    cluster,
+    emit_json,
+    fresh_kafka,
+    percentiles,
+    quiet_logs,
+    rate,
+    ratio,
+    say,
+    wait_all,
+    workers,
+)
+from _load import ProcessMonitor, aggregator_process, humaneval_backlog, windowed_rates
+
+from consumers import ScoredBatches
+from producers import HumanEvalSample, RolloutProducer
+from rewardbus.local import RewardWatcher
+from schemas import BatchManifest, KafkaSettings
+
+BATCH_SIZE = 256
+WINDOW_S = 10.0
+WORKERS = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes; ``--quick`` is a smoke run."""
+
+    peak: int
+    backlog: int
+    limit: int | None  # HumanEval problems drawn from
+    window_s: float
+
+    @staticmethod
+    def make(quick: bool, backlog: int | None) -> Plan:
+        if quick:
+            return Plan(peak=80, backlog=backlog or 400, limit=20, window_s=2.0)
+        return Plan(peak=656, backlog=backlog or 20_000, limit=None, window_s=WINDOW_S)
+
+
+Batches = list[tuple[BatchManifest, list[HumanEvalSample]]]
+
+
+async def publish(kafka: KafkaSettings, batches: Batches) -> float:
+    """Publish every batch at once (manifests first); seconds it took."""
+    started = time.monotonic()
+    async with RolloutProducer(kafka) as producer:
+        for manifest, _ in batches:
+            await producer.publish_manifest(manifest)
+        await producer.publish_many(s.completion for _, chunk in batches for s in chunk)
+    return time.monotonic() - started
+
+
+async def phase(
+    kafka: KafkaSettings, watcher: RewardWatcher, batches: Batches, name: str, window_s: float
+) -> dict[str, Any]:
+    """Dump ``batches`` at once and wait for every reward."""
+    ids = [s.completion.sample_id for _, chunk in batches for s in chunk]
+    say(f"{name}: publishing {len(ids)} completions at once")
+    started = time.monotonic()
+    publish_s = await publish(kafka, batches)
+    during = sum(1 for i in ids if i in watcher.rewards)
+    await wait_all(watcher, ids, timeout_s=max(600.0, len(ids) * 0.2))
+    arrivals = [watcher.arrived_at[i] for i in ids]
+    first, last = min(arrivals), max(arrivals)
+    windows = windowed_rates(arrivals, window_s)
+    result: dict[str, Any] = {
+        "completions": len(ids),
+        "publish_s": round(publish_s, 2),
+        "rewards_while_publishing": during,
+        "first_reward_s": round(first - started, 2),
+        "elapsed_s": round(last - started, 2),
+        "completions_per_s": round(rate(len(ids) - 1, last - first), 2),
+        "windowed_per_s": windows,
+        "queue_ms": percentiles([watcher.rewards[i].queue_ms for i in ids]),
+        "exec_ms": percentiles([watcher.rewards[i].exec_ms for i in ids]),
+        "verdicts": dict(Counter(str(watcher.rewards[i].verdict) for i in ids)),
+        "judged_correctly": sum(
+            1
+            for _, chunk in batches
+            for s in chunk
+            if (watcher.rewards[s.completion.sample_id].verdict == "accepted") == s.canonical
+        ),
+        "per_worker": dict(Counter(watcher.rewards[i].worker_id for i in ids)),
+        "window": (started, last),
+    }
+    say(f"{name}: {result['completions_per_s']}/s, queue p99 {result['queue_ms']['p99']} ms")
+    return result
+
+
+async def scored_batches(kafka: KafkaSettings, batch_ids: set[str]) -> dict[str, Any]:
+    """Read the scored topic until every batch is in: how many are complete."""
+    complete, missing = 0, 0
+    seen: set[str] = set()
+    async with ScoredBatches(kafka) as scored, asyncio.timeout(300):
+        while not batch_ids <= seen:
+            batch = await scored.next()
+            if batch.batch_id in batch_ids and batch.batch_id not in seen:
+                seen.add(batch.batch_id)
+                complete += batch.complete
+                missing += len(batch.missing)
+    return {"batches": len(seen), "complete": complete, "missing_samples": missing}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    plan = Plan.make(args.quick, args.backlog)
+    tag = uuid.uuid4().hex[:6]
+    peak_batches = humaneval_backlog(plan.peak, tag=f"pk{tag}", batch_size=BATCH_SIZE,
+                                     limit=plan.limit)  # fmt: skip
+    backlog = humaneval_backlog(plan.backlog, tag=f"ov{tag}", batch_size=BATCH_SIZE,
+                                limit=plan.limit)  # fmt: skip
+    result: dict[str, Any] = {"plan": {"peak": plan.peak, "backlog": plan.backlog}}
+    async with cluster(args.bootstrap_servers) as where:
+        kafka = await fresh_kafka(where.bootstrap, "overload")
+        async with (
+            workers(kafka, WORKERS, cache_mb=0, tag="overload") as pids,
+            aggregator_process(kafka) as aggregator_pid,
+            RewardWatcher(kafka, lazy=True) as watcher,
+        ):
+            named = {"aggregator": aggregator_pid}
+            if where.broker_pid is not None:
+                named["broker"] = where.broker_pid
+            monitor = ProcessMonitor(named, {f"worker-{i}": p for i, p in enumerate(pids)})
+            stop = asyncio.Event()
+            sampling = asyncio.create_task(monitor.run(stop))
+            result["peak"] = await phase(kafka, watcher, peak_batches, "peak", plan.window_s)
+            result["overload"] = await phase(kafka, watcher, backlog, "overload", plan.window_s)
+            stop.set()
+            await sampling
+            ids = {m.batch_id for m, _ in peak_batches + backlog}
+            result["scored"] = await scored_batches(kafka, ids)
+        start, end = result["overload"].pop("window")
+        result["peak"].pop("window")
+        result["memory"] = monitor.report(start, end)
+    return result
+
+
+def targets(result: dict[str, Any]) -> list[tuple[str, Target]]:
+    peak, over = result["peak"], result["overload"]
+    verdicts = Counter(peak["verdicts"]) + Counter(over["verdicts"])
+    rss: dict[str, dict[str, float]] = {
+        k: v for k, v in result["memory"].items() if k.endswith("rss_mb")
+    }
+    worst = max(rss.items(), key=lambda kv: kv[1]["growth"], default=("none", {"growth": 0.0}))
+    factor = over["completions"] / max(over["rewards_while_publishing"], 1)
+    return [
+        ("sustained_over_peak", Target("sustained / peak throughput",
+            ratio(over["completions_per_s"], peak["completions_per_s"]), 0.95, at_most=False)),
+        ("backlog_over_publish_capacity", Target("backlog / rewards while publishing",
+            round(factor, 1), 10, at_most=False)),
+        ("time_limits", Target("time_limit verdicts", verdicts["time_limit"], 0, at_most=True)),
+        ("sandbox_errors", Target("sandbox_error verdicts", verdicts["sandbox_error"], 0,
+            at_most=True)),
+        ("misjudged", Target("programs judged wrong",
+            peak["completions"] + over["completions"]
+            - peak["judged_correctly"] - over["judged_correctly"], 0, at_most=True)),
+        ("incomplete_batches", Target("scored batches incomplete",
+            result["scored"]["batches"] - result["scored"]["complete"], 0, at_most=True)),
+        ("rss_growth", Target(f"worst RSS growth over the overload ({worst[0]})",
+            worst[1]["growth"], 0.10, at_most=True)),
+    ]  # fmt: skip
+
+
+def print_report(result: dict[str, Any]) -> None:
+    for name in ("peak", "overload"):
+        r = result[name]
+        print(
+            f"{name:9s} {r['completions']:6d} completions  {r['completions_per_s']:7.2f}/s  "
+            f"queue p50 {r['queue_ms']['p50']:9.0f} ms p99 {r['queue_ms']['p99']:9.0f} ms  "
+            f"exec p50 {r['exec_ms']['p50']:.0f} ms  published in {r['publish_s']} s"
+        )
+    windows = result["overload"]["windowed_per_s"]
+    if windows:
+        print(f"overload windows: min {min(windows)}/s max {max(windows)}/s ({len(windows)})")
+    print(f"{'memory (overload phase)':34s} {'first':>8s} {'max':>8s} {'last':>8s} {'growth':>8s}")
+    for key, m in result["memory"].items():
+        if key.endswith(("rss_mb", "processes", "fds")):
+            print(f"  {key:32s} {m['first']:8.1f} {m['max']:8.1f} {m['last']:8.1f} "
+                  f"{m['growth']:+8.1%}")  # fmt: skip
+    for _, target in targets(result):
+        print(target.line())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small backlog: a smoke run")
+    parser.add_argument("--backlog", type=int, default=None, help="completions dumped at once")
+    parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
+    args = parser.parse_args(argv)
+    quiet_logs()
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with contextlib.suppress(KeyboardInterrupt):
+        result = asyncio.run(run(args))
+        print_report(result)
+        result["targets"] = {key: t.as_json() for key, t in targets(result)}
+        result["meta"] = {
+            "benchmark": "bench_overload",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "quick": args.quick,
+            "cpus": len(os.sched_getaffinity(0)),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.monotonic() - started, 1),
+        }
+        emit_json(result)
+
+
+if __name__ == "__main__":
+    main()
