@@ -16,10 +16,13 @@ from pathlib import Path
 import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader, NumberDataPoint
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from consumers import AggregatorConfig, run_aggregator
 from producers import RolloutProducer
@@ -107,11 +110,6 @@ def _worker(
     return serve
 
 
-def _metrics() -> tuple[MeterProvider, InMemoryMetricReader]:
-    reader = InMemoryMetricReader()
-    return MeterProvider(metric_readers=[reader]), reader
-
-
 def _points(reader: InMemoryMetricReader) -> Points:
     points: Points = {}
     data = reader.get_metrics_data()
@@ -139,9 +137,14 @@ async def _end_offsets(kafka: KafkaSettings, topic: str) -> dict[TopicPartition,
 
 
 async def _canaries(
-    kafka: KafkaSettings, config: CanaryConfig, languages: list[str] | None = None
+    kafka: KafkaSettings,
+    config: CanaryConfig,
+    languages: list[str] | None = None,
+    *,
+    also: MetricReader | None = None,
 ) -> tuple[CanaryStats, Points, list[RewardEvent]]:
-    provider, reader = _metrics()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader] if also is None else [reader, also])
     events: list[RewardEvent] = []
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     stats = await run_canaries(
@@ -201,8 +204,22 @@ async def test_a_misconfigured_judge_is_a_mismatch_naming_its_worker_and_languag
 ) -> None:
     await ensure_topics(kafka, partitions=4)
     config = CanaryConfig(rate_per_s=50, max_in_flight=8, answer_timeout_s=120, rounds=1)
+    # The counters also go to a Prometheus reader: the alert rules read those names.
+    registry = CollectorRegistry(auto_describe=False)
+    prometheus = PrometheusMetricReader(scope_info_enabled=False, registry=registry)
     async with _running(_worker(kafka, "w-broken", ShrunkTimeLimits)):
-        stats, points, _events = await _canaries(kafka, config, languages=["python"])
+        stats, points, _events = await _canaries(
+            kafka, config, languages=["python"], also=prometheus
+        )
+    exposed = {
+        (sample.name, sample.labels["canary"], sample.labels["worker_id"]): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+        if sample.name == "rewardbus_canary_mismatches_total"
+    }
+    assert exposed[
+        ("rewardbus_canary_mismatches_total", "python/sum-busy-correct", "w-broken")
+    ] == 1
 
     assert stats.unanswered == 0
     by_name = {f.canary.name: f for f in stats.failures}
