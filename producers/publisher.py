@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from kafkaio import (
     AioClients,
@@ -182,18 +182,33 @@ class RolloutProducer(Lifecycle):
     async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
         _refuse_canary_space(completion.batch_id)
         topic = self._kafka.topics.completions
-        with tracer.start_as_current_span(
-            "publish completion", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
-        ) as span:
-            span.set_attribute("rewardbus.sample_id", completion.sample_id)
-            span.set_attribute("rewardbus.batch_id", completion.batch_id)
-            return await self._client.send(
+        partition = await self._next_partition(topic, completion)
+        attributes = {
+            **_attrs(topic),
+            **_completion_attrs(completion),
+            "messaging.destination.partition.id": str(partition),
+            "messaging.kafka.message.key": completion.sample_id,
+        }
+        # The span lasts until the broker's ack (and then names the offset); the
+        # context it injects is the parent of everything the sample goes through.
+        span = tracer.start_span(
+            "publish completion", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                headers = inject_context([CONTENT_TYPE])
+            delivery = await self._client.send(
                 topic,
                 encode(completion),
                 key=completion.sample_id.encode(),
-                partition=await self._next_partition(topic, completion),
-                headers=inject_context([CONTENT_TYPE]),
+                partition=partition,
+                headers=headers,
             )
+        except BaseException as exc:
+            _end_publish(span, error=exc)
+            raise
+        delivery.add_done_callback(lambda done: _end_publish(span, delivery=done))
+        return delivery
 
 
 def _refuse_canary_space(batch_id: str) -> None:
@@ -226,6 +241,35 @@ def _content_key(completion: Completion) -> bytes:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.digest()
+
+
+def _end_publish(
+    span: trace.Span,
+    *,
+    delivery: asyncio.Future[Delivery] | None = None,
+    error: BaseException | None = None,
+) -> None:
+    if delivery is not None and not delivery.cancelled():
+        error = delivery.exception()
+        if error is None:
+            span.set_attribute("messaging.kafka.offset", delivery.result().offset)
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+    span.end()
+
+
+def _completion_attrs(completion: Completion) -> dict[str, str | int]:
+    attributes: dict[str, str | int] = {
+        "rewardbus.sample_id": completion.sample_id,
+        "rewardbus.batch_id": completion.batch_id,
+        "rewardbus.group_id": completion.group_id,
+        "rewardbus.language": completion.language,
+        "rewardbus.policy_version": completion.policy_version,
+    }
+    if completion.problem_id:
+        attributes["rewardbus.problem_id"] = completion.problem_id
+    return attributes
 
 
 def _attrs(topic: str) -> dict[str, str]:
