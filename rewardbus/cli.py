@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="report which sandbox isolation layers work on this host")
     _observability_parsers(sub)
+    _metrics_parsers(sub)
     return p
 
 
@@ -128,6 +129,48 @@ def _observability_parsers(sub: Any) -> None:
         "--wait", type=float, default=5.0, metavar="S", help="wait this long for late spans"
     )
     trace.add_argument("--width", type=int, default=40, help="bar width in characters")
+
+
+def _metrics_parsers(sub: Any) -> None:
+    prom = sub.add_parser(
+        "prometheus",
+        help="run Prometheus on 127.0.0.1, scraping the given /metrics endpoints",
+    )
+    prom.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a worker's or aggregator's --metrics-port endpoint (repeatable)",
+    )
+    prom.add_argument("--port", type=int, default=9090, help="its HTTP API and UI (0: any free)")
+    prom.add_argument(
+        "--scrape-interval", type=float, default=2.0, metavar="S", help="seconds (default 2)"
+    )
+    prom.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="alert rule file to evaluate, e.g. infra/prometheus/rewardbus.rules.yml (repeatable)",
+    )
+
+    top = sub.add_parser("top", help="live view of a running deployment from its metrics")
+    source = top.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--metrics",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a /metrics endpoint to scrape (repeatable)",
+    )
+    source.add_argument("--prometheus", metavar="URL", help="a Prometheus that scrapes them")
+    top.add_argument("--interval", type=float, default=2.0, metavar="S", help="redraw period")
+    top.add_argument(
+        "--window", type=float, default=30.0, metavar="S", help="rate look-back (--prometheus)"
+    )
+    top.add_argument("--once", action="store_true", help="render one frame and exit")
+    top.add_argument("--width", type=int, default=80)
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
@@ -226,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "canary": commands.canary,
         "jaeger": commands.jaeger,
         "trace": commands.trace,
+        "prometheus": commands.prometheus,
+        "top": commands.top,
     }
     try:
         return _run(handlers[args.command](args))

@@ -26,6 +26,8 @@ __all__ = [
     "doctor",
     "jaeger",
     "judge",
+    "prometheus",
+    "top",
     "topics",
     "trace",
     "train_demo",
@@ -38,7 +40,7 @@ class UsageError(Exception):
 
 
 def _telemetry(service: str, args: argparse.Namespace) -> Telemetry:
-    """Tracing, and /metrics when ``--metrics-port`` is given (its URL printed for scripts)."""
+    """Tracing, and /metrics when ``--metrics-port`` is given."""
     endpoint = None
     if args.metrics_port is not None:
         if not 0 <= args.metrics_port <= 65535:
@@ -48,9 +50,13 @@ def _telemetry(service: str, args: argparse.Namespace) -> Telemetry:
         telemetry = configure_telemetry(service, env=os.environ, metrics_endpoint=endpoint)
     except OSError as exc:
         raise UsageError(f"cannot serve metrics on {args.metrics_host}: {exc.strerror}") from None
-    if telemetry.metrics_url is not None:
-        print(f"{service} metrics at {telemetry.metrics_url}", flush=True)
     return telemetry
+
+
+def _ready_line(what: str, telemetry: Telemetry) -> str:
+    """The one line a started service prints (the demo and scripts wait for "ready")."""
+    metrics = "" if telemetry.metrics_url is None else f" (metrics at {telemetry.metrics_url})"
+    return f"{what} ready{metrics}"
 
 
 def _kafka(args: argparse.Namespace, client_id: str) -> KafkaSettings:
@@ -103,14 +109,15 @@ async def worker(args: argparse.Namespace) -> int:
             strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
         )
     )
-    flush = _telemetry("rewardbus-worker", args).shutdown
+    telemetry = _telemetry("rewardbus-worker", args)
+    flush = telemetry.shutdown
     ready = asyncio.Event()
     shutdown = _shutdown_future()
 
     async def announce() -> None:
         await ready.wait()
         # The demo (and operators' scripts) wait for this line.
-        print(f"rewardbus worker {config.worker_id} ready", flush=True)
+        print(_ready_line(f"rewardbus worker {config.worker_id}", telemetry), flush=True)
 
     announcer = asyncio.create_task(announce())
     try:
@@ -125,13 +132,24 @@ async def aggregator(args: argparse.Namespace) -> int:
     from consumers import AggregatorConfig, run_aggregator
 
     kafka = _kafka(args, "rewardbus-aggregator")
-    flush = _telemetry("rewardbus-aggregator", args).shutdown
+    telemetry = _telemetry("rewardbus-aggregator", args)
+    ready = asyncio.Event()
+
+    async def announce() -> None:
+        await ready.wait()
+        print(_ready_line("rewardbus aggregator", telemetry), flush=True)
+
+    announcer = asyncio.create_task(announce())
     try:
         await run_aggregator(
-            kafka, AggregatorConfig(group_id=args.group_id), shutdown=_shutdown_future()
+            kafka,
+            AggregatorConfig(group_id=args.group_id),
+            shutdown=_shutdown_future(),
+            ready=ready,
         )
     finally:
-        flush()
+        announcer.cancel()
+        telemetry.shutdown()
     return 0
 
 
@@ -324,3 +342,55 @@ async def train_demo(args: argparse.Namespace) -> int:
         return await run_train_demo(options, shutdown=_shutdown_future(), started=started)
     except DeviceUnavailable as exc:
         raise UsageError(str(exc)) from None
+
+
+async def prometheus(args: argparse.Namespace) -> int:
+    """``rewardbus prometheus``: scrape the given endpoints until SIGTERM."""
+    from rewardbus.observability.prometheus import PrometheusConfig, PrometheusError, serve
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0 (any free port) to 65535")
+    try:
+        config = PrometheusConfig(
+            port=args.port,
+            targets=tuple(args.target),
+            scrape_interval_s=args.scrape_interval,
+            rule_files=tuple(Path(path) for path in args.rules),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for path in config.rule_files:
+        if not path.is_file():
+            raise UsageError(f"no rule file {path}")
+
+    def ready(running: PrometheusConfig) -> None:
+        print(
+            f"Prometheus ready at {running.url}, scraping {len(running.targets)} target(s) "
+            f"every {running.scrape_interval_s:g} s (Ctrl-C to stop)",
+            flush=True,
+        )
+
+    try:
+        await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
+    except PrometheusError as exc:
+        print(f"rewardbus prometheus: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def top(args: argparse.Namespace) -> int:
+    """``rewardbus top``: redraw the live view until SIGTERM (or once)."""
+    from rewardbus.observability.top import TopOptions, run_top
+
+    try:
+        options = TopOptions(
+            metrics_urls=tuple(args.metrics or ()),
+            prometheus_url=args.prometheus,
+            interval_s=args.interval,
+            window_s=args.window,
+            once=args.once,
+            width=args.width,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return await run_top(options, out=sys.stdout, shutdown=_shutdown_future())

@@ -1,0 +1,84 @@
+"""``rewardbus top``'s pure frame: rates, percentiles and the rendered text."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardbus.observability.top_view import Series, build_frame, quantile, render
+
+W = {"worker_id": "w-1"}
+
+
+def _snapshot(completions: float, exec_ms: float, buckets: dict[str, float]) -> list[Series]:
+    series = [
+        Series("rewardbus_worker_completions_total", W, completions),
+        Series("rewardbus_worker_rewards_total", {**W, "verdict": "accepted"}, completions - 1),
+        Series("rewardbus_worker_rewards_total", {**W, "verdict": "wrong_answer"}, 1),
+        Series("rewardbus_worker_cache_hits_total", W, 1),
+        Series("rewardbus_worker_execution_milliseconds_sum", {**W, "verdict": "ok"}, exec_ms),
+        Series("rewardbus_worker_concurrency", W, 2),
+        Series("rewardbus_worker_in_flight", W, 1),
+        Series("rewardbus_worker_utilisation", W, 0.5),
+        Series("rewardbus_worker_consumer_lag", {**W, "topic": "c", "partition": "1"}, 7),
+        Series("rewardbus_aggregator_consumer_lag", {"topic": "r", "partition": "0"}, 0),
+        Series("rewardbus_aggregator_reward_mean", {}, 0.25),
+    ]
+    series += [
+        Series("rewardbus_worker_reward_latency_milliseconds_bucket", {**W, "le": le}, count)
+        for le, count in buckets.items()
+    ]
+    return series
+
+
+def test_quantile_interpolates_within_a_bucket_like_prometheus() -> None:
+    buckets = {10.0: 0.0, 20.0: 10.0, float("inf"): 10.0}
+    assert quantile(0.5, buckets) == pytest.approx(15.0)
+    assert quantile(0.99, buckets) == pytest.approx(19.9)
+    assert quantile(0.5, {10.0: 0.0, float("inf"): 0.0}) is None
+    assert quantile(0.5, {10.0: 0.0, float("inf"): 4.0}) == 10.0  # all past the last bound
+
+
+def test_rates_and_percentiles_come_from_the_growth_between_snapshots() -> None:
+    before = _snapshot(10, 1000, {"10": 5, "100": 10, "+Inf": 10})
+    # 20 more, all between 100 and 1000 ms; 8 s of execution over 4 s on 2 slots.
+    after = _snapshot(30, 9000, {"10": 5, "100": 10, "1000": 30, "+Inf": 30})
+    before.append(Series("rewardbus_worker_reward_latency_milliseconds_bucket", {"le": "1000"}, 10))
+    frame = build_frame(before, after, 4.0)
+    assert frame.completions_per_s == pytest.approx(5.0)
+    assert frame.latency_windowed
+    assert frame.p50_ms == pytest.approx(550.0)
+    assert frame.verdicts == {"accepted": 29, "wrong_answer": 1}
+    assert frame.cache_hit_rate == pytest.approx(1 / 30)
+    assert frame.lags == {("workers", "c", "1"): 7, ("aggregator", "r", "0"): 0}
+    (row,) = frame.workers
+    assert (row.worker_id, row.completions_per_s, row.utilisation) == ("w-1", 5.0, 1.0)
+    assert frame.reward_mean == 0.25
+
+
+def test_a_single_snapshot_has_no_rates_and_says_latency_is_all_time() -> None:
+    frame = build_frame(None, _snapshot(3, 0, {"10": 3, "+Inf": 3}), None, sources=("u",))
+    assert frame.completions_per_s is None
+    assert not frame.latency_windowed
+    assert frame.workers[0].utilisation == 0.5  # the gauge, without a window
+    text = render(frame)
+    assert "(all observations so far)" in text
+    assert "completions/s         -" in text
+
+
+def test_render_lists_verdicts_lags_and_workers_within_the_width() -> None:
+    before = _snapshot(10, 0, {"+Inf": 10})
+    frame = build_frame(before, _snapshot(12, 500, {"+Inf": 12}), 2.0, sources=("a", "b"))
+    text = render(frame, width=72)
+    lines = text.splitlines()
+    assert lines[0] == "rewardbus top - last 2.0 s - 2 source(s)"
+    assert all(len(line) <= 72 for line in lines)
+    assert any(line.lstrip().startswith("accepted") and "91.7%" in line for line in lines)
+    assert any("workers    c[1]" in line and line.endswith(" 7") for line in lines)
+    assert any(line.lstrip().startswith("w-1") and "1/2" in line for line in lines)
+    assert "cache hit rate 8.3%" in text
+
+
+def test_unreachable_sources_are_named_on_the_frame() -> None:
+    frame = build_frame(None, [], None, sources=("http://x",), errors=("http://x: refused",))
+    assert "! http://x: refused" in render(frame)
+    assert "workers        (none reporting)" in render(frame)
