@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import msgspec
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from kafkaio import (
@@ -64,6 +65,7 @@ from schemas import (
     RewardEvent,
     SchemaError,
     TestSuite,
+    Verdict,
     decode,
     encode,
     extract_context,
@@ -380,11 +382,10 @@ class _Worker:
             "messaging.consumer.group.name": self.config.group_id,
             "rewardbus.worker_id": self.config.worker_id,
         }
+        produced = extract_context(record.headers)
+        _queue_span(record, produced)
         with tracer.start_as_current_span(
-            "judge completion",
-            context=extract_context(record.headers),
-            kind=SpanKind.CONSUMER,
-            attributes=attrs,
+            "judge completion", context=produced, kind=SpanKind.CONSUMER, attributes=attrs
         ) as span:
             await self._judge(record, span)
             # Only a record whose reward (or dead letter) the broker acknowledged is done:
@@ -394,15 +395,13 @@ class _Worker:
 
     async def _judge(self, record: Record, span: trace.Span) -> None:
         queue_ms = max(0.0, time.time() * 1000 - record.timestamp_ms)
-        _queue_span(queue_ms)
         try:
             completion = decode(record.value, Completion)
         except SchemaError as exc:
             await self._dead_letter(record, exc.reason, "SchemaError", "decode")
             span.set_status(Status(StatusCode.ERROR, exc.reason))
             return
-        span.set_attribute("rewardbus.sample_id", completion.sample_id)
-        span.set_attribute("rewardbus.batch_id", completion.batch_id)
+        span.set_attributes(_completion_attributes(completion))
         self.metrics.received(completion, queue_ms)
         reply = completion.reply_topic
         if reply is not None and not self.kafka.topics.is_reply_topic(reply):
@@ -435,6 +434,8 @@ class _Worker:
         span = trace.get_current_span()
         span.set_attribute("rewardbus.verdict", str(event.verdict))
         span.set_attribute("rewardbus.score", event.score)
+        if event.verdict == Verdict.SANDBOX_ERROR:  # the judge's fault, not the program's
+            span.set_status(Status(StatusCode.ERROR, f"sandbox_error: {event.message[:200]}"))
         topic = completion.reply_topic or self.kafka.topics.rewards
         try:
             await self._emit_reward(event, topic)
@@ -520,14 +521,21 @@ class _Worker:
         return fingerprint(language.name, code, suite_digest, completion.limits, runtime)
 
     async def _emit_reward(self, event: RewardEvent, topic: str) -> None:
+        attributes: dict[str, str | int | float] = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": topic,
+            "messaging.kafka.message.key": event.batch_id,
+            "rewardbus.sample_id": event.sample_id,
+            "rewardbus.verdict": str(event.verdict),
+            "rewardbus.score": event.score,
+        }
         with tracer.start_as_current_span(
-            "emit reward",
-            kind=SpanKind.PRODUCER,
-            attributes={"messaging.system": "kafka", "messaging.destination.name": topic},
-        ):
+            "emit reward", kind=SpanKind.PRODUCER, attributes=attributes
+        ) as span:
             headers = inject_context([CONTENT_TYPE])
             try:
-                await send_with_retries(
+                delivery = await send_with_retries(
                     self.producer,
                     topic,
                     encode(event),
@@ -538,6 +546,8 @@ class _Worker:
                 )
             except ProduceError as exc:
                 raise RewardUndeliverable(exc.reason) from exc
+            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
+            span.set_attribute("messaging.kafka.offset", delivery.offset)
         self.stats.rewarded += 1
         self.stats.verdicts[str(event.verdict)] += 1
 
@@ -553,21 +563,50 @@ class _Worker:
         )
         self.stats.dead_lettered += 1
         self.metrics.dead_letter(stage, error_type)
+        span = trace.get_current_span()  # the record's "judge completion" span
+        span.set_attribute("rewardbus.dead_letter.stage", stage)
+        span.set_status(
+            Status(StatusCode.ERROR, f"dead-lettered ({stage}, {error_type}): {reason}")
+        )
 
 
 async def _log_assignment(assigned: frozenset[TopicPartition]) -> None:
     log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
 
 
-def _queue_span(queue_ms: float) -> None:
-    """Record the time the record waited in Kafka (produce to fetch) as its own span."""
+def _queue_span(record: Record, produced: Context) -> None:
+    """The time the record waited (its produce timestamp until judging starts), as a span.
+
+    A sibling of "judge completion" under the producer's span, not its child: it
+    ends where judging begins, and a child may not start before its parent.
+    """
     end = time.time_ns()
+    start = min(end, record.timestamp_ms * 1_000_000)
     span = tracer.start_span(
         "queue wait",
-        start_time=end - int(queue_ms * 1e6),
-        attributes={"rewardbus.queue_ms": queue_ms},
+        context=produced,
+        start_time=start,
+        attributes={
+            "rewardbus.queue_ms": round((end - start) / 1e6, 3),
+            "messaging.destination.partition.id": str(record.partition),
+            "messaging.kafka.offset": record.offset,
+        },
     )
     span.end(end_time=end)
+
+
+def _completion_attributes(completion: Completion) -> dict[str, str | int]:
+    """What a span of this completion says about it (``rewardbus.*`` attributes)."""
+    attributes: dict[str, str | int] = {
+        "rewardbus.sample_id": completion.sample_id,
+        "rewardbus.batch_id": completion.batch_id,
+        "rewardbus.group_id": completion.group_id,
+        "rewardbus.language": completion.language,
+        "rewardbus.policy_version": completion.policy_version,
+    }
+    if completion.problem_id:
+        attributes["rewardbus.problem_id"] = completion.problem_id
+    return attributes
 
 
 async def run_worker(
