@@ -303,6 +303,8 @@ async def canary(args: argparse.Namespace) -> int:
 
     kafka = _kafka(args, "rewardbus-canary")
     telemetry = _telemetry("rewardbus-canary", args)
+    if telemetry.metrics_url is not None:  # stdout is the report; scripts read this line
+        print(f"rewardbus canary: metrics at {telemetry.metrics_url}", file=sys.stderr, flush=True)
     try:
         return await run_command(args, kafka, shutdown=_shutdown_future())
     finally:

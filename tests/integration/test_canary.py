@@ -5,8 +5,10 @@ canary ever in a learner's scored batch."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -421,3 +423,54 @@ async def test_the_command_exits_zero_when_every_canary_matches_and_one_otherwis
         " (worker w-cli)"
     ) in out
     assert "canaries sent 1: 0 matched, 1 mismatched, 0 unanswered" in out
+
+
+def _judged_on(url: str) -> float:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "rewardbus_canary_judged_total"
+    )
+
+
+async def _metrics_url(stderr: asyncio.StreamReader) -> str:
+    """The URL the command announces on stderr (among its log lines)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = (await asyncio.wait_for(stderr.readline(), timeout=60)).decode()
+        assert line, "the command ended before announcing its metrics"
+        if line.startswith("rewardbus canary: metrics at "):
+            return line.removeprefix("rewardbus canary: metrics at ").strip()
+    raise AssertionError("no metrics URL announced")
+
+
+@pytest.mark.timeout(300)
+async def test_the_command_runs_until_sigterm_and_serves_its_counters(
+    kafka: KafkaSettings,
+) -> None:
+    await ensure_topics(kafka, partitions=4)
+    async with _running(_worker(kafka, "w-live")):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rewardbus", "canary", "--rate", "5/s",
+            "--languages", "javascript", "--metrics-port", "0",
+            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topics.prefix,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        try:
+            url = await _metrics_url(proc.stderr)
+            deadline = time.monotonic() + 120
+            # More than one pass over the set: the loop keeps going round.
+            wanted = len(load_golden(languages=["javascript"])) + 2
+            while (judged := await asyncio.to_thread(_judged_on, url)) < wanted:
+                assert time.monotonic() < deadline, f"only {judged} canaries judged"
+                await asyncio.sleep(0.5)  # polling the live endpoint, with a deadline
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    summary = out.decode().strip().splitlines()[-1]
+    assert summary.startswith("canaries sent ") and " 0 mismatched, 0 unanswered" in summary
