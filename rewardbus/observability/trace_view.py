@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from rewardbus.observability.jaeger_query import JaegerQuery, TraceNotFound
@@ -169,11 +169,21 @@ def render_batch(trace: BatchTrace, *, as_json: bool, style: WaterfallStyle | No
         f"batch {trace.batch_id}: {len(trace.samples)} linked samples, "
         f"trace {', '.join(sorted({s.trace_id for s in trace.spans}))}"
     )
+    style = style or WaterfallStyle()
+    longest = max((len(row.name) for row in rows), default=0)
+    # Sample ids are the names here: show them whole (up to a point).
+    style = replace(style, name_width=min(64, max(style.name_width, longest + 1)))
     return render_waterfall(rows, title=title, style=style)
 
 
+# A failing test or compile is the program's outcome, already in the verdict; an
+# error anywhere else (a dead letter, a sandbox fault, a refused publish) is not.
+_PROGRAM_SPANS = frozenset({"test", "tests", "compile", "parse", "static check"})
+
+
 def _sample_row(sample: SampleTrace) -> SpanRecord:
-    """A sample, end to end, as one span-like row (verdict and score from its spans)."""
+    """A sample, end to end, as one span-like row: verdict and score from its spans,
+    the worker that judged it in the service column."""
     attributes = {
         key: value
         for key in ("rewardbus.verdict", "rewardbus.score", "rewardbus.cache_hit")
@@ -184,12 +194,14 @@ def _sample_row(sample: SampleTrace) -> SpanRecord:
         span_id=f"sample:{sample.sample_id}",
         parent_id="",
         name=sample.sample_id,
-        service="(sample)",
+        service=str(sample.attribute("rewardbus.worker_id") or "(sample)"),
         kind="internal",
         start_ns=sample.start_ns,
         end_ns=sample.end_ns,
         attributes=attributes,
-        status="error" if any(s.failed for s in sample.spans) else "unset",
+        status="error"
+        if any(s.failed and s.name not in _PROGRAM_SPANS for s in sample.spans)
+        else "unset",
     )
 
 
