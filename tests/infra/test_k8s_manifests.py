@@ -1,0 +1,143 @@
+"""The Kubernetes manifests validate offline, a broken one is caught, and they say what they must.
+
+infra/k8s/validate.py checks every manifest against the Kubernetes schemas (PyPI
+kubernetes-validate), the KEDA and ServiceMonitor CRDs (their Go modules) and the Strimzi
+models (npm), all fetched into ~/.cache/rewardbus on first use.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]  # stubs: types-PyYAML, not installed
+
+from schemas import Topics
+
+K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
+
+# Fetching the schemas the first time (a Go module zip, an npm package) takes a while.
+pytestmark = pytest.mark.timeout(600)
+
+
+def _validate(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(K8S / "validate.py"), str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+
+
+def _docs() -> list[dict[str, Any]]:
+    return [
+        doc
+        for path in sorted(K8S.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if doc is not None
+    ]
+
+
+def _one(kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in _docs() if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def test_every_manifest_validates() -> None:
+    result = _validate(K8S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 problems" in result.stderr
+    kinds = Counter(doc["kind"] for doc in _docs())
+    assert kinds == {
+        "Namespace": 1,
+        "KafkaNodePool": 1,
+        "Kafka": 1,
+        "KafkaTopic": 9,
+        "Deployment": 2,
+        "ScaledObject": 1,
+        "PodDisruptionBudget": 2,
+        "Service": 2,
+        "ServiceMonitor": 1,
+    }
+
+
+BREAKAGES = {
+    "kubernetes type": (
+        "worker.yaml",
+        "  replicas: 2\n",
+        "  replicas: two\n",
+        "'two' is not of type",
+    ),
+    "kubernetes unknown field": (
+        "worker.yaml",
+        "            privileged: false\n",
+        "            privileged: false\n            privilegd: false\n",
+        "'privilegd' was unexpected",
+    ),
+    "keda unknown field": (
+        "worker-autoscaling.yaml",
+        "  minReplicaCount: 1\n",
+        "  minReplicaCont: 1\n",
+        "'minReplicaCont' was unexpected",
+    ),
+    "servicemonitor unknown field": (
+        "monitoring.yaml",
+        "      interval: 15s\n",
+        "      intervall: 15s\n",
+        "'intervall' was unexpected",
+    ),
+    "strimzi enum": ("kafka.yaml", "    - broker\n", "    - brokr\n", "allowed values"),
+    "strimzi bound": ("topics.yaml", "  partitions: 48\n", "  partitions: 0\n", "must be >= 1"),
+    "unlisted file": ("stray.yaml", "", "kind: ConfigMap\n", "not listed in kustomization"),
+}
+
+
+@pytest.mark.parametrize("breakage", list(BREAKAGES), ids=list(BREAKAGES))
+def test_a_broken_copy_is_rejected(tmp_path: Path, breakage: str) -> None:
+    name, old, new, expected = BREAKAGES[breakage]
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    target = copy / name
+    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    assert text.count(old) == 1 or not old
+    target.write_text(text.replace(old, new) if old else new, encoding="utf-8")
+    result = _validate(copy)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert expected in result.stdout, result.stdout
+
+
+def test_topics_match_rewardbus_with_replication_and_co_partitioning() -> None:
+    specs = {d["spec"]["topicName"]: d["spec"] for d in _docs() if d["kind"] == "KafkaTopic"}
+    assert set(specs) == set(Topics().all())
+    assert all(
+        s["replicas"] == 3 and s["config"]["min.insync.replicas"] == 2 for s in specs.values()
+    )
+    t = Topics()
+    co_partitioned = {t.rewards, t.manifests, t.scored, t.aggregator_state}
+    assert len({specs[name]["partitions"] for name in co_partitioned}) == 1
+    scaled = _one("ScaledObject", "rewardbus-worker")["spec"]
+    # More workers than completion partitions would sit idle.
+    assert scaled["maxReplicaCount"] <= specs[t.completions]["partitions"]
+    assert scaled["triggers"][0]["metadata"]["topic"] == t.completions
+
+
+def test_worker_runs_the_strict_sandbox_unprivileged_within_limits() -> None:
+    pod = _one("Deployment", "rewardbus-worker")["spec"]["template"]["spec"]
+    (worker,) = pod["containers"]
+    context = worker["securityContext"]
+    assert context["privileged"] is False
+    assert "SYS_ADMIN" in context["capabilities"]["add"]
+    assert "drop" not in context["capabilities"]  # the jail drops to uid 65534 itself
+    assert context["seccompProfile"]["type"] in {"Localhost", "Unconfined"}
+    assert context["appArmorProfile"]["type"] == "Unconfined"
+    # Kubernetes refuses allowPrivilegeEscalation=false together with SYS_ADMIN.
+    assert "allowPrivilegeEscalation" not in context
+    assert {"cpu", "memory"} <= set(worker["resources"]["limits"])
+    assert "infra/compose" in (K8S / "worker.yaml").read_text(encoding="utf-8")
