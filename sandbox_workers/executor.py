@@ -31,6 +31,7 @@ from shutil import rmtree
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from sandbox_workers.compile_cache import CompileCache
 from sandbox_workers.errors import SandboxWorkerError
@@ -162,7 +163,11 @@ class Executor:
         with _tracer.start_as_current_span("execute") as span:
             span.set_attribute("rewardbus.sample_id", completion.sample_id)
             span.set_attribute("rewardbus.language", language.name)
-            source = _source(completion, language)
+            with _tracer.start_as_current_span("parse") as parse:
+                source = _source(completion, language)
+                parse.set_attribute("rewardbus.code.chars", len(source or ""))
+                if source is None:
+                    parse.set_status(Status(StatusCode.ERROR, "no code found"))
             if source is None:
                 judgement = _Judgement(Verdict.NO_CODE, "no code found in the completion")
                 attempt = 1
@@ -204,7 +209,10 @@ class Executor:
     async def _judge(self, task: _Task) -> _Judgement:
         suite, limits = task.suite, task.limits
         if task.language.name == "python" and _same_python(task.toolchain):
-            error = syntax_error(task.source)
+            with _tracer.start_as_current_span("static check") as check:
+                error = syntax_error(task.source)
+                if error is not None:
+                    check.set_status(Status(StatusCode.ERROR, error[:200]))
             if error is not None:
                 return _Judgement(Verdict.COMPILE_ERROR, error[: self._config.message_bytes])
         runner = SuiteRunner(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from sandbox_workers.compile_cache import Artifact, CompileCache, artifact_key
 from sandbox_workers.judging.classify import describe_exit
@@ -153,7 +154,10 @@ class Builder:
             span.set_attribute("rewardbus.language", toolchain.language)
             result = await self._sandbox.execute(request)
             span.set_attribute("rewardbus.compile.wall_ms", result.wall_ms)
-        return self._artifact(step, result)
+            built = self._artifact(step, result)
+            if not built[0].ok:  # the program's failure: shown as an error span
+                span.set_status(Status(StatusCode.ERROR, built[0].message[:200]))
+        return built
 
     def _artifact(self, step: CompileStep, result: ExecResult) -> tuple[Artifact, bool]:
         if result.timed_out or result.memory_exceeded:

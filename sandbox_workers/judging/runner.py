@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from sandbox_workers.judging.checker import (
     ANSWER_FILE,
@@ -210,7 +212,7 @@ class SuiteRunner:
                 judged = Judged(failed, 0.0, describe_exit(result))
             else:
                 judged = await judge(index, test_input, expected, result.stdout)
-            span.set_attribute("rewardbus.verdict", judged.verdict.value)
+            _mark_test(span, judged.verdict, judged.message)
         run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
         return _outcome(index, judged, result)
 
@@ -237,7 +239,9 @@ class SuiteRunner:
         )
         with _tracer.start_as_current_span("tests") as span:
             span.set_attribute("rewardbus.test.count", count)
+            started_ns = time.time_ns()
             result = await self._sandbox.execute(request)
+            ended_ns = time.time_ns()
         self._budget.spend(result.wall_ms)
         records = parse_records(result.stdout, markers)
         run = SuiteRun()
@@ -255,6 +259,7 @@ class SuiteRunner:
                 break
         failed = any(o.verdict is not Verdict.ACCEPTED for o in run.outcomes)
         run.keep_output(result, failed=failed, stdout=strip_markers(result.stdout, markers))
+        _harness_test_spans(span, run.outcomes, started_ns, ended_ns)
         return run
 
     async def program_tests(self, programs: Sequence[ProgramTest]) -> SuiteRun:
@@ -285,17 +290,61 @@ class SuiteRunner:
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
             result = await self._sandbox.execute(request)
+            judged = _program_verdict(result)
+            _mark_test(span, judged.verdict, judged.message)
         self._budget.spend(result.wall_ms)
-        failed = failure_verdict(result)
-        if failed is None:
-            judged = Judged(Verdict.ACCEPTED, 1.0)
-        elif failed is Verdict.RUNTIME_ERROR and _ASSERTION.search(result.stderr[-4096:]):
-            # A failed assertion is a wrong answer, not a crash.
-            judged = Judged(Verdict.WRONG_ANSWER, 0.0, describe_exit(result))
-        else:
-            judged = Judged(failed, 0.0, describe_exit(result))
         run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
         return _outcome(index, judged, result)
+
+
+def _program_verdict(result: ExecResult) -> Judged:
+    """A whole-program test: passing means exiting cleanly."""
+    failed = failure_verdict(result)
+    if failed is None:
+        return Judged(Verdict.ACCEPTED, 1.0)
+    if failed is Verdict.RUNTIME_ERROR and _ASSERTION.search(result.stderr[-4096:]):
+        # A failed assertion is a wrong answer, not a crash.
+        return Judged(Verdict.WRONG_ANSWER, 0.0, describe_exit(result))
+    return Judged(failed, 0.0, describe_exit(result))
+
+
+def _mark_test(span: trace.Span, verdict: Verdict, message: str) -> None:
+    """A test's verdict on its span; a failed test is an error span (found at a glance)."""
+    span.set_attribute("rewardbus.verdict", verdict.value)
+    if verdict is not Verdict.ACCEPTED:
+        span.set_status(Status(StatusCode.ERROR, f"{verdict.value}: {message}"[:200]))
+
+
+def _harness_test_spans(
+    parent: trace.Span, outcomes: Sequence[TestOutcome], started_ns: int, ended_ns: int
+) -> None:
+    """One span per test of a harness execution, under its ``tests`` span.
+
+    The worker sees only the whole execution; the harness times each test itself
+    (``wall_ms``). The tests ran one after another, so their spans are laid end to
+    end back from the execution's end (its start-up comes first), each as long as
+    the harness measured it.
+    """
+    context = trace.set_span_in_context(parent)
+    placed: list[tuple[TestOutcome, int, int]] = []
+    cursor = ended_ns
+    for outcome in reversed(outcomes):
+        start = max(started_ns, cursor - int(outcome.wall_ms * 1e6))
+        placed.append((outcome, start, cursor))
+        cursor = start
+    for outcome, start, end in reversed(placed):
+        span = _tracer.start_span(
+            "test",
+            context=context,
+            start_time=start,
+            attributes={
+                "rewardbus.test.index": outcome.index,
+                "rewardbus.test.cpu_ms": outcome.cpu_ms,
+                "rewardbus.test.timing": "harness",
+            },
+        )
+        _mark_test(span, outcome.verdict, outcome.message)
+        span.end(end_time=end)
 
 
 def _judge_record(
