@@ -122,6 +122,12 @@ class _Metrics:
             "rewardbus.aggregator.expired_batches",
             description="manifest-less batches dropped after the pending TTL",
         )
+        # Rare events start at 0: a series first seen at 1 is an increase no rate() sees.
+        for complete in (True, False):
+            self.batches.add(0, {"complete": complete})
+        for stage in ("decode", "validate"):
+            self.dead_letters.add(0, {"stage": stage})
+        self.expired.add(0)
 
 
 class _Aggregator:

@@ -95,8 +95,11 @@ _lengths = _meter.create_histogram(
 class WorkerMetrics:
     """One worker's measurements, labelled with its ``worker_id``."""
 
-    def __init__(self, worker_id: str, concurrency: int) -> None:
+    def __init__(
+        self, worker_id: str, concurrency: int, languages: Iterable[str] = ()
+    ) -> None:
         self.worker_id = worker_id
+        self.languages = tuple(languages)
         self.concurrency = max(concurrency, 1)
         self.executing = 0
         # Replaced whole (never mutated) so a scrape thread reads a consistent dict.
@@ -106,7 +109,17 @@ class WorkerMetrics:
     def __enter__(self) -> WorkerMetrics:
         with _LIVE_LOCK:
             _LIVE.add(self)
+        self._zero()
         return self
+
+    def _zero(self) -> None:
+        """Counters of rare events start at 0: a series that first appears at 1 is an
+        increase no rate() or increase() sees, and a dashboard would find no series."""
+        _completions.add(0, self._labels)
+        for language in self.languages:
+            labels = {**self._labels, "language": language}
+            _cache_hits.add(0, labels)
+            _sandbox_errors.add(0, labels)
 
     def __exit__(self, *exc: object) -> None:
         with _LIVE_LOCK:

@@ -190,7 +190,7 @@ class _Worker:
         self.failure: BaseException | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._last_commit = time.monotonic()
-        self.metrics = WorkerMetrics(config.worker_id, config.concurrency)
+        self.metrics = WorkerMetrics(config.worker_id, config.concurrency, runner.languages)
         self._last_lag = 0.0
         self.consumer = clients.consumer(
             ConsumerOptions(
