@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Small Jaeger and Prometheus images for the compose file, from the Go binaries that
+# `make observability-tools` builds into $REWARDBUS_CACHE/bin (no registry needed).
+set -euo pipefail
+cache=${REWARDBUS_CACHE:-$HOME/.cache/rewardbus}
+base=${BASE_IMAGE:-rewardbus-base:bookworm}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build() {
+  local name=$1 binary=$2 ctx
+  [ -x "$binary" ] || { echo "error: $binary missing: run make observability-tools" >&2; exit 1; }
+  ctx=$(mktemp -d)
+  cp "$binary" "$ctx/$name"
+  cp "$repo/infra/compose/prometheus.yml" "$ctx/"
+  cat >"$ctx/Dockerfile" <<DOCKERFILE
+ARG BASE_IMAGE
+FROM \${BASE_IMAGE}
+COPY $name prometheus.yml /opt/$name/
+USER 65534:65534
+ENTRYPOINT ["/opt/$name/$name"]
+DOCKERFILE
+  docker build -q --build-arg "BASE_IMAGE=$base" -t "rewardbus-$name:latest" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  echo "built rewardbus-$name:latest"
+}
+build jaeger "$cache/bin/jaeger-v1.76.0"
+build prometheus "$cache/bin/prometheus-v0.316.0"

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Install the Debian toolchains for the sandbox languages named in $@ (the worker
+# image's LANGUAGES build argument). bash and perl come with every Debian base
+# (bash, perl-base), so they need nothing here. The jail's launcher needs no
+# compiler in the image: images.sh compiles it outside and ships the binaries.
+set -eu
+pkgs="python3 python3-venv"
+for lang in "$@"; do
+  case "$lang" in
+    python|bash|perl) ;;
+    c) pkgs="$pkgs gcc libc6-dev" ;;
+    cpp) pkgs="$pkgs g++ libc6-dev" ;;
+    sql) pkgs="$pkgs sqlite3" ;;
+    javascript) pkgs="$pkgs nodejs" ;;
+    java) pkgs="$pkgs openjdk-17-jdk-headless" ;;
+    go) pkgs="$pkgs golang-go" ;;
+    rust) pkgs="$pkgs rustc" ;;
+    *) echo "unknown sandbox language: $lang" >&2; exit 1 ;;
+  esac
+done
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+apt-get clean
+rm -rf /var/lib/apt/lists/*
