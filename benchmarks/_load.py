@@ -59,6 +59,19 @@ def open_fds(pid: int) -> int:
         return 0
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def age_s(pid: int) -> float:
+    """Seconds since ``pid`` started (0 if it is gone)."""
+    try:
+        started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return uptime - started / _TICKS
+
+
 def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -85,29 +98,36 @@ def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
 @dataclass
 class ProcessMonitor:
     """Samples every ``interval_s`` the RSS (MiB) and fds of each named process and worker,
-    and every process below each worker (its zygotes, and the executions they fork).
+    and of the processes below each worker. ``series`` maps a name to (t, value) samples.
 
-    ``series`` maps a name to (t, value) samples. Below a worker, the processes alive
-    for the whole reported window are its zygotes (``<worker>.zygotes.*``: summed RSS
-    and fds, and their count); the rest come and go with executions
-    (``<worker>.transient.processes``)."""
+    Below a worker, a process older than ``zygote_age_s`` is counted as one of its
+    zygotes (``<worker>.zygotes.*``: summed RSS and fds, and their count; the pool
+    retires a zygote after a number of uses, so no single pid lasts a long run);
+    younger ones come and go with executions (``<worker>.transient.processes``).
+    """
 
     processes: dict[str, int]
     workers: dict[str, int] = field(default_factory=dict)
     interval_s: float = 1.0
+    zygote_age_s: float = 5.0
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    # worker name -> (t, {pid: (rss MiB, fds)}) of every process below it.
-    below: dict[str, list[tuple[float, dict[int, tuple[float, int]]]]] = field(default_factory=dict)
 
     def sample(self) -> None:
         now = time.monotonic()
         children = _children_map()
         for name, pid in {**self.processes, **self.workers}.items():
-            self.series.setdefault(f"{name}.rss_mb", []).append((now, rss_mb(pid)))
-            self.series.setdefault(f"{name}.fds", []).append((now, open_fds(pid)))
+            self._add(f"{name}.rss_mb", now, rss_mb(pid))
+            self._add(f"{name}.fds", now, open_fds(pid))
         for name, pid in self.workers.items():
-            found = {p: (rss_mb(p), open_fds(p)) for p in descendants(pid, children)}
-            self.below.setdefault(name, []).append((now, found))
+            below = descendants(pid, children)
+            zygotes = [p for p in below if age_s(p) >= self.zygote_age_s]
+            self._add(f"{name}.zygotes.rss_mb", now, sum(rss_mb(p) for p in zygotes))
+            self._add(f"{name}.zygotes.fds", now, sum(open_fds(p) for p in zygotes))
+            self._add(f"{name}.zygotes.processes", now, len(zygotes))
+            self._add(f"{name}.transient.processes", now, len(below) - len(zygotes))
+
+    def _add(self, key: str, now: float, value: float) -> None:
+        self.series.setdefault(key, []).append((now, value))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sample until ``stop`` is set (the first sample at once)."""
@@ -116,30 +136,11 @@ class ProcessMonitor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
 
-    def _below_series(self, start: float, end: float) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        for name, samples in self.below.items():
-            inside = [(t, found) for t, found in samples if start <= t <= end]
-            if not inside:
-                continue
-            lasting = set(inside[0][1]) & set(inside[-1][1])
-            for _, found in inside:
-                zygotes = [found[p] for p in lasting if p in found]
-                out.setdefault(f"{name}.zygotes.rss_mb", []).append(sum(r for r, _ in zygotes))
-                out.setdefault(f"{name}.zygotes.fds", []).append(sum(f for _, f in zygotes))
-                out.setdefault(f"{name}.zygotes.processes", []).append(len(zygotes))
-                transient = len(set(found) - lasting)
-                out.setdefault(f"{name}.transient.processes", []).append(transient)
-        return out
-
     def report(self, start: float, end: float) -> dict[str, Any]:
         """Per series, over [start, end]: first, max, last, and flatness."""
-        values_by_key = {
-            key: [v for t, v in points if start <= t <= end] for key, points in self.series.items()
-        }
-        values_by_key.update(self._below_series(start, end))
         out: dict[str, Any] = {}
-        for key, values in sorted(values_by_key.items()):
+        for key, points in sorted(self.series.items()):
+            values = [v for t, v in points if start <= t <= end]
             if values:
                 out[key] = {
                     "first": round(values[0], 1),

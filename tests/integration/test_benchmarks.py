@@ -91,3 +91,28 @@ def test_bench_verl_quick() -> None:
     assert rewardbus["cache_hits"] == 0  # every repeat is a distinct program
     assert rewardbus["infra_failures"] == 0
     assert set(report["ratios"]) == {"rewards_per_s", "p50_latency", "p99_latency"}
+
+
+@pytest.mark.timeout(180)
+def test_bench_overload_quick() -> None:
+    report = quick_run("bench_overload.py")
+    for run in (report["peak"]["before"], report["overload"], report["peak"]["after"]):
+        assert run["judged_correctly"] == run["completions"], run["verdicts"]
+        assert "time_limit" not in run["verdicts"] and "sandbox_error" not in run["verdicts"]
+        assert run["queue_ms"]["n"] == run["completions"]
+    assert report["scored"]["complete"] == report["scored"]["batches"] > 0
+    assert report["scored"]["missing_samples"] == 0
+    # Every process is watched: broker, aggregator, each worker and its zygotes.
+    assert {"broker.rss_mb", "aggregator.rss_mb", "worker-0.zygotes.rss_mb"} <= set(
+        report["memory"]
+    )
+    assert set(report["targets"]) == {
+        "sustained_over_peak",
+        "cpu_sustained_over_peak",
+        "backlog_over_publish_capacity",
+        "time_limits",
+        "sandbox_errors",
+        "misjudged",
+        "incomplete_batches",
+        "rss_growth",
+    }
