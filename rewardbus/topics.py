@@ -19,6 +19,13 @@ __all__ = ["MAX_MESSAGE_BYTES", "await_group_members", "ensure_topics"]
 MAX_MESSAGE_BYTES = 16 << 20
 _LARGE = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
 _COMPACTED = {"cleanup.policy": "compact"}
+# The attempts ledger holds one live entry per record in flight: its tombstones
+# must go soon (every worker replays the topic), so segments roll and clean often.
+_ATTEMPTS = _COMPACTED | {
+    "segment.ms": "60000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": "60000",
+}
 # Fingerprints are unbounded (every distinct program adds one), and every worker
 # replays the topic at start-up: compaction alone would let it grow forever, so
 # entries also expire after a week (docs/result-cache.md).
@@ -56,6 +63,7 @@ async def ensure_topics(
         topic(t.problems, partitions, _COMPACTED | _LARGE),
         topic(t.aggregator_state, partitions, _COMPACTED),
         topic(t.result_cache, partitions, _RESULT_CACHE),
+        topic(t.attempts, partitions, _ATTEMPTS),
     ]
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()

@@ -7,7 +7,7 @@ foreign writers), :func:`to_cached` and :func:`to_reward` convert. Pure: no I/O.
 
 from __future__ import annotations
 
-from schemas import CachedResult, Completion, RewardEvent, Verdict
+from schemas import CachedResult, Completion, RewardEvent, TestOutcome, Verdict
 
 __all__ = ["cacheable", "to_cached", "to_reward", "trusted"]
 
@@ -25,7 +25,7 @@ def cacheable(event: RewardEvent) -> bool:
     """
     if event.cache_hit or event.degraded or event.verdict in _UNTRUSTED:
         return False
-    return not any(test.verdict in _UNTRUSTED for test in event.tests)
+    return not _untrusted_tests(event.tests, event.test_verdicts)
 
 
 def to_cached(fingerprint: str, event: RewardEvent, *, worker_id: str = "") -> CachedResult:
@@ -37,6 +37,8 @@ def to_cached(fingerprint: str, event: RewardEvent, *, worker_id: str = "") -> C
         passed=event.passed,
         total=event.total,
         tests=event.tests,
+        tests_summarised=event.tests_summarised,
+        test_verdicts=event.test_verdicts,
         stdout_tail=event.stdout_tail,
         stderr_tail=event.stderr_tail,
         message=event.message,
@@ -62,6 +64,8 @@ def to_reward(cached: CachedResult, completion: Completion) -> RewardEvent:
         passed=cached.passed,
         total=cached.total,
         tests=cached.tests,
+        tests_summarised=cached.tests_summarised,
+        test_verdicts=cached.test_verdicts,
         stdout_tail=cached.stdout_tail,
         stderr_tail=cached.stderr_tail,
         message=cached.message,
@@ -73,6 +77,13 @@ def to_reward(cached: CachedResult, completion: Completion) -> RewardEvent:
 
 def trusted(entry: CachedResult) -> bool:
     """Whether :func:`cacheable` could have let ``entry`` through (old or foreign writers)."""
-    return entry.verdict not in _UNTRUSTED and not any(
-        test.verdict in _UNTRUSTED for test in entry.tests
+    return entry.verdict not in _UNTRUSTED and not _untrusted_tests(
+        entry.tests, entry.test_verdicts
+    )
+
+
+def _untrusted_tests(tests: list[TestOutcome], verdicts: dict[Verdict, int]) -> bool:
+    # A summarised result keeps only some tests: its counts cover the rest.
+    return any(test.verdict in _UNTRUSTED for test in tests) or any(
+        verdicts.get(verdict, 0) for verdict in _UNTRUSTED
     )

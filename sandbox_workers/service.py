@@ -15,6 +15,13 @@ the record. Anything else is a bug in our code: logged with its traceback, the
 worker stops the same way. Either stop drains the other in-flight records,
 commits what is done and leaves the group; :func:`run_worker` then raises the
 error (the CLI exits non-zero).
+
+A record that keeps killing its worker (a bug it sets off, a crash, a wedge) is
+quarantined: each start is counted in the attempts ledger before judging
+(:mod:`sandbox_workers.attempts`), and once ``quarantine_after`` workers died on it
+the next owner dead-letters it unjudged. Nothing a record carries can pin its
+partition: rewards are summarised to fit their topic (:mod:`schemas.outcomes`), and
+a response or program past ``max_program_chars`` is dead-lettered unread.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from kafkaio import (
     running,
     send_with_retries,
 )
+from sandbox_workers.attempts import AttemptLedger, SuspectGate
 from sandbox_workers.errors import SandboxWorkerError
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
@@ -66,6 +74,7 @@ from schemas import (
     SchemaError,
     TestSuite,
     Verdict,
+    bounded_reward,
     decode,
     encode,
     extract_context,
@@ -123,6 +132,13 @@ class WorkerConfig:
     # A retriable judging fault (the problems table behind) is tried this often before
     # the worker gives the record back to the group (it stops, the record uncommitted).
     transient_attempts: int = 3
+    # A response, code or packed program longer than this is dead-lettered unread: no
+    # model writes 4 Mi characters, and extracting, fingerprinting and jailing it would
+    # hold the worker (the completions topic takes records up to 16 MiB for the suites).
+    max_program_chars: int = 4 << 20
+    # A record that was being judged when this many workers died (crashed, wedged,
+    # killed) is dead-lettered unjudged by the next (sandbox_workers.attempts); 0: off.
+    quarantine_after: int = 3
     fetch_max_wait_ms: int = 20
     # How often the consumer-lag gauge is refreshed (from the consumer's own state).
     lag_interval_s: float = 1.0
@@ -186,6 +202,8 @@ class _Worker:
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}
         self.problems: ProblemStore | None = None
         self.cache: ClusterResultCache | None = None
+        self.attempts: AttemptLedger | None = None
+        self.suspects = SuspectGate()
         # What stopped the worker (a persistent retriable fault, or a bug), raised by run().
         self.failure: BaseException | None = None
         self._stopping: asyncio.Future[None] | None = None
@@ -232,6 +250,15 @@ class _Worker:
                         clients=self.clients,
                     )
                 )
+            if self.config.quarantine_after > 0:
+                self.attempts = await stack.enter_async_context(
+                    AttemptLedger(
+                        self.clients,
+                        self.producer,
+                        self.kafka.topics.attempts,
+                        worker_id=self.config.worker_id,
+                    )
+                )
             await self._consume(shutdown, ready)
         if self.failure is not None:
             raise self.failure
@@ -239,7 +266,7 @@ class _Worker:
     async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.consumer.start()
         # Before partitions move, what was fetched from them is drained and committed.
-        listener = Rebalance(self.drain, _log_assignment)
+        listener = Rebalance(self.drain, self._assigned)
         self.consumer.subscribe([self.kafka.topics.completions], listener=listener)
         if ready is not None:
             ready.set()
@@ -252,6 +279,12 @@ class _Worker:
             if told is not shutdown:  # our own wrapper, not the caller's future
                 told.cancel()
             await asyncio.shield(self._leave())
+
+    async def _assigned(self, assigned: frozenset[TopicPartition]) -> None:
+        await _log_assignment(assigned)
+        if self.attempts is not None:
+            # Before any record of these partitions: what their last owner counted.
+            await self.attempts.caught_up()
 
     def _stop(self) -> None:
         if self._stopping is not None and not self._stopping.done():
@@ -387,11 +420,57 @@ class _Worker:
         with tracer.start_as_current_span(
             "judge completion", context=produced, kind=SpanKind.CONSUMER, attributes=attrs
         ) as span:
-            await self._judge(record, span)
+            if self.attempts is None:
+                await self._judge(record, span)
+            else:
+                await self._judge_admitted(tp, record, span)
             # Only a record whose reward (or dead letter) the broker acknowledged is done:
             # a cancelled execution stays uncommitted and is redone by the partition's next owner.
             self.tracker.done(tp, record.offset)
             self.metrics.completion()
+
+    async def _judge_admitted(self, tp: TopicPartition, record: Record, span: trace.Span) -> None:
+        """Judge a record, its start counted (a suspect alone); or quarantine it."""
+        assert self.attempts is not None
+        died = self.attempts.died_in(tp, record.offset)
+        if died >= self.config.quarantine_after:
+            await self._quarantine(tp, record, died, span)
+            return
+        async with self.suspects.hold(suspect=died > 0):
+            await self.attempts.begin(tp, record.offset)
+            await self._judge_counted(tp, record, span)
+
+    async def _quarantine(
+        self, tp: TopicPartition, record: Record, died: int, span: trace.Span
+    ) -> None:
+        assert self.attempts is not None
+        reason = (
+            f"quarantined: {died} workers died (crashed, wedged or were killed) while judging "
+            f"this record; not judged again (quarantine_after={self.config.quarantine_after})"
+        )
+        log.error("%s:%d@%d %s", tp.topic, tp.partition, record.offset, reason)
+        await self._dead_letter(record, reason, "Quarantined", "quarantine")
+        await self.attempts.finish(tp, record.offset)
+        span.set_status(Status(StatusCode.ERROR, reason))
+
+    async def _judge_counted(self, tp: TopicPartition, record: Record, span: trace.Span) -> None:
+        """Judge a record whose start the ledger counted, and settle the count.
+
+        Done: forgotten. Handed back for the host's fault (a retriable error) or at the
+        drain deadline: the start is undone. Anything else is a bug this record set
+        off: the start stays counted, and the worker stops (see the module doc).
+        """
+        assert self.attempts is not None
+        try:
+            await self._judge(record, span)
+        except SandboxWorkerError as exc:
+            if exc.retriable:  # handed back to the group for a fault of the host, not its own
+                await self.attempts.give_back(tp, record.offset)
+            raise
+        except asyncio.CancelledError:  # the drain deadline: handed back, it killed no one
+            await self.attempts.give_back(tp, record.offset)
+            raise
+        await self.attempts.finish(tp, record.offset)
 
     async def _judge(self, record: Record, span: trace.Span) -> None:
         queue_ms = max(0.0, time.time() * 1000 - record.timestamp_ms)
@@ -412,6 +491,11 @@ class _Worker:
             )
             await self._dead_letter(record, reason, "InvalidReplyTopic", "decode")
             span.set_status(Status(StatusCode.ERROR, reason))
+            return
+        oversized = _oversized(completion, self.config.max_program_chars)
+        if oversized is not None:
+            await self._dead_letter(record, oversized, "CompletionTooLarge", "decode")
+            span.set_status(Status(StatusCode.ERROR, oversized))
             return
         programs = unpack_programs(completion)
         span.set_attribute("rewardbus.programs", len(programs))
@@ -500,9 +584,12 @@ class _Worker:
         async with self.executions:  # cache hits never hold an execution slot
             self.metrics.executing += 1
             try:
-                return await self.runner.run(completion, suite)
+                event = await self.runner.run(completion, suite)
             finally:
                 self.metrics.executing -= 1
+        # Before it is cached or sent: however many tests the suite has, the reward (and
+        # its cache entry) must fit their topics' record limit (schemas.outcomes).
+        return bounded_reward(event)
 
     def _fingerprint(self, completion: Completion, suite_digest: str) -> str | None:
         """The content key of this judgement, or None when it cannot be cached."""
@@ -568,6 +655,16 @@ class _Worker:
         span.set_status(
             Status(StatusCode.ERROR, f"dead-lettered ({stage}, {error_type}): {reason}")
         )
+
+
+def _oversized(completion: Completion, limit: int) -> str | None:
+    """Why ``completion``'s program text is too long to judge, or None."""
+    texts = {"response": completion.response or "", "code": completion.code or ""}
+    texts |= {f"programs[{i}]": program for i, program in enumerate(completion.programs)}
+    for name, text in texts.items():
+        if len(text) > limit:
+            return f"{name} is {len(text):,} characters; workers judge at most {limit:,}"
+    return None
 
 
 async def _log_assignment(assigned: frozenset[TopicPartition]) -> None:

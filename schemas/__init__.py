@@ -5,6 +5,7 @@ This package imports nothing else of rewardbus; every other package imports it.
 ``retriable``); this package's own root is :class:`SchemaError`.
 """
 
+from schemas.attempts import Attempt, attempt_key
 from schemas.cache import CachedResult
 from schemas.canary import CANARY_BATCH_PREFIX, is_canary_batch
 from schemas.codec import SchemaError, decode, decode_json, encode, encode_json, suite_digest
@@ -31,6 +32,7 @@ from schemas.messages import (
     program_sample_id,
     unpack_programs,
 )
+from schemas.outcomes import BoundedOutcomes, bound_outcomes, bounded_reward
 from schemas.settings import KafkaSettings
 from schemas.state import (
     AggregatorRecord,
@@ -48,8 +50,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "AggregatorRecord",
     "AssertSuite",
+    "Attempt",
     "BatchManifest",
     "BatchRecord",
+    "BoundedOutcomes",
     "CachedResult",
     "CheckerProgram",
     "CheckerSuite",
@@ -71,6 +75,9 @@ __all__ = [
     "TestSuite",
     "Topics",
     "Verdict",
+    "attempt_key",
+    "bound_outcomes",
+    "bounded_reward",
     "decode",
     "decode_json",
     "decode_state",

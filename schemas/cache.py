@@ -25,6 +25,9 @@ class CachedResult(msgspec.Struct, frozen=True, kw_only=True):
     passed: int = 0
     total: int = 0
     tests: list[TestOutcome] = []
+    # As on RewardEvent: ``tests`` is a summary, ``test_verdicts`` counts every test.
+    tests_summarised: bool = False
+    test_verdicts: dict[Verdict, int] = {}
     stdout_tail: str = ""
     stderr_tail: str = ""
     message: str = ""

@@ -206,6 +206,11 @@ class RewardEvent(msgspec.Struct, frozen=True, kw_only=True):
     passed: int = 0
     total: int = 0
     tests: list[TestOutcome] = []
+    # Past a bound (``schemas.outcomes``) ``tests`` holds only the first failing tests:
+    # this says so, and ``test_verdicts`` then counts every test's verdict. Added
+    # with defaults, so events without them (older workers) read as whole.
+    tests_summarised: bool = False
+    test_verdicts: dict[Verdict, int] = {}
     stdout_tail: str = ""
     stderr_tail: str = ""
     message: str = ""

@@ -50,6 +50,11 @@ class Topics:
         return f"{self.prefix}rewardbus.aggregator-state"
 
     @property
+    def attempts(self) -> str:
+        """Compacted: how often each completion record was started (the quarantine ledger)."""
+        return f"{self.prefix}rewardbus.attempts"
+
+    @property
     def replies_prefix(self) -> str:
         """Every reply topic starts with this; workers produce to no other reply topic."""
         return f"{self.prefix}rewardbus.replies."
@@ -78,4 +83,5 @@ class Topics:
             self.problems,
             self.aggregator_state,
             self.result_cache,
+            self.attempts,
         )

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
 import pytest
@@ -387,6 +388,52 @@ async def test_a_bug_in_judging_stops_the_worker_instead_of_dead_lettering_good_
     async with worker(broker, kafka, runner):  # the fix deployed: the record comes back
         await until(lambda: committed(broker, kafka) == 1, "the redelivered record")
     assert rewards(broker, kafka) == ["s0"]
+
+
+async def test_a_record_that_kills_worker_after_worker_is_quarantined(
+    broker: FakeBroker, kafka: KafkaSettings
+) -> None:
+    """The start count survives each worker it kills; past the limit it is dead-lettered."""
+    runner = Runner()
+    runner.errors["s0"] = [KeyError("bug") for _ in range(5)]
+    await publish(broker, kafka, completion("s0"), completion("s1"))
+    config = WorkerConfig(
+        group_id=GROUP, quarantine_after=3, result_cache_bytes=0, produce_retry_backoff_s=0.001
+    )
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for _death in range(3):  # each dies on s0 as soon as it starts
+        with pytest.raises(KeyError):
+            await asyncio.wait_for(
+                run_worker(kafka, config, runner, shutdown=never, clients=broker), 10
+            )
+    assert letters(broker, kafka) == [] and runner.calls.count("s0") == 3
+    async with worker(broker, kafka, runner, quarantine_after=3):
+        await until(lambda: committed(broker, kafka) == 2, "both records done")
+    (letter,) = letters(broker, kafka)
+    assert letter.stage == "quarantine" and letter.error_type == "Quarantined"
+    assert "3 workers died" in letter.reason
+    assert runner.calls.count("s0") == 3  # never judged a fourth time
+    assert "s1" in rewards(broker, kafka)
+
+
+def _started(runner: Runner, sample_id: str, times: int) -> bool:
+    return runner.calls.count(sample_id) == times
+
+
+async def test_records_handed_back_at_the_drain_deadline_are_not_counted_as_deaths(
+    broker: FakeBroker, kafka: KafkaSettings
+) -> None:
+    runner = Runner()
+    await publish(broker, kafka, completion("s0"))
+    for starts in range(1, 5):
+        runner.gate("s0")
+        runner._passed.discard("s0")
+        async with worker(broker, kafka, runner, quarantine_after=2, drain_timeout_s=0.05):
+            await until(partial(_started, runner, "s0", starts), "s0 started")
+    runner.gates.clear()
+    async with worker(broker, kafka, runner, quarantine_after=2):
+        await until(lambda: committed(broker, kafka) == 1, "s0 done")
+    assert rewards(broker, kafka) == ["s0"] and letters(broker, kafka) == []
 
 
 async def test_a_dead_letter_the_dlq_refuses_stops_the_worker(

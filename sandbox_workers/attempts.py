@@ -1,0 +1,151 @@
+"""The quarantine ledger: how often each completion record was started and never finished.
+
+A record that crashes or wedges the worker judging it (a bug of ours that this
+input triggers) is redelivered to the next member of the group, which dies on it
+too: one record kills worker after worker. So before a worker judges a record it
+writes the record's start count to the compacted attempts topic (key
+``topic:partition:offset``) and waits for the ack; when the record is done (its
+reward or dead letter acknowledged) it writes a tombstone, and when it gives the
+record back unfinished on a graceful stop (the drain deadline) it writes the
+previous count back. An entry that outlives its worker therefore counts starts
+that died with their worker, and it survives restarts, rebalances and the broker
+itself. At ``quarantine_after`` such starts the next owner dead-letters the
+record unjudged, with the reason.
+
+At-least-once makes this safe, not exact: a start whose ack the crash beat was
+never judged (the worker waits for the ack first); a lost tombstone or count
+restore only counts one start too many, and only for a record that is redelivered
+anyway. Every worker replays the whole topic (it holds one live entry per record
+in flight) and, on each assignment, waits until it has read everything written
+before it, so a new owner sees its predecessor's last write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from kafkaio import (
+    Clients,
+    CompactedTopicReader,
+    Delivery,
+    Lifecycle,
+    Producer,
+    TopicPartition,
+    send_with_retries,
+)
+from schemas import Attempt, attempt_key, decode, encode
+
+__all__ = ["AttemptLedger", "SuspectGate"]
+
+log = logging.getLogger(__name__)
+
+
+class AttemptLedger(Lifecycle):
+    """Start counts of the completion records in flight anywhere in the group."""
+
+    def __init__(self, clients: Clients, producer: Producer, topic: str, *, worker_id: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._worker_id = worker_id
+        self._counts: dict[bytes, int] = {}
+        self._reader = CompactedTopicReader(clients, topic, self._apply)
+
+    async def start(self) -> None:
+        """Replay the ledger and keep following it."""
+        await self._reader.start()
+
+    async def stop(self) -> None:
+        await self._reader.stop()
+
+    async def caught_up(self, timeout_s: float = 30.0) -> None:
+        """Return once every entry written so far (by any worker) is applied."""
+        await self._reader.wait_caught_up(timeout_s)
+
+    def died_in(self, tp: TopicPartition, offset: int) -> int:
+        """How often this record was started and not finished (0: never, or all done)."""
+        return self._counts.get(attempt_key(tp.topic, tp.partition, offset), 0)
+
+    async def begin(self, tp: TopicPartition, offset: int) -> int:
+        """Count one more start of this record, durably; returns the new count."""
+        key = attempt_key(tp.topic, tp.partition, offset)
+        count = self._counts.get(key, 0) + 1
+        entry = Attempt(count=count, worker_id=self._worker_id)
+        # Judging waits on this write, whatever the broker does (as a dead letter would).
+        await send_with_retries(
+            self._producer, self._topic, encode(entry), key=key, attempts=0, backoff_s=0.5
+        )
+        self._counts[key] = count
+        return count
+
+    async def finish(self, tp: TopicPartition, offset: int) -> None:
+        """The record is done: forget it (a tombstone; not waited for, see the module doc)."""
+        key = attempt_key(tp.topic, tp.partition, offset)
+        if self._counts.pop(key, None) is not None:
+            _logged(await self._producer.send(self._topic, None, key=key))
+
+    async def give_back(self, tp: TopicPartition, offset: int) -> None:
+        """The record is handed back unfinished, not because it killed us: undo the start."""
+        key = attempt_key(tp.topic, tp.partition, offset)
+        count = self._counts.pop(key, 0) - 1
+        value = encode(Attempt(count=count, worker_id=self._worker_id)) if count > 0 else None
+        if count > 0:
+            self._counts[key] = count
+        _logged(await self._producer.send(self._topic, value, key=key))
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        if value is None:
+            self._counts.pop(key, None)
+            return
+        self._counts[key] = decode(value, Attempt).count
+
+
+def _logged(delivery: asyncio.Future[Delivery]) -> None:
+    """A write nobody waits for: its failure is logged (it costs one extra count at most)."""
+
+    def report(done: asyncio.Future[Delivery]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("attempts ledger write failed: %s", done.exception())
+
+    delivery.add_done_callback(report)
+
+
+class SuspectGate:
+    """Judges a suspect (a record that was in flight when a worker died) on its own.
+
+    When a worker dies, every record it had started is counted, the culprit and
+    its innocent neighbours alike. A suspect is therefore started only when no other
+    counted record is in flight, and nothing else starts until it is done: a death
+    while a suspect runs alone is its own. A neighbour is counted at most once (by
+    the first death, before it was a suspect), so ``quarantine_after`` >= 2 never
+    quarantines it.
+    """
+
+    def __init__(self) -> None:
+        self._changed = asyncio.Condition()
+        self._normal = 0
+        self._suspect = False
+
+    @contextlib.asynccontextmanager
+    async def hold(self, *, suspect: bool) -> AsyncIterator[None]:
+        """Wait for a turn (alone, for a suspect); yield while judging."""
+        async with self._changed:
+            if suspect:
+                await self._changed.wait_for(lambda: not self._suspect and self._normal == 0)
+                self._suspect = True
+            else:
+                await self._changed.wait_for(lambda: not self._suspect)
+                self._normal += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                if suspect:
+                    self._suspect = False
+                else:
+                    self._normal -= 1
+                self._changed.notify_all()

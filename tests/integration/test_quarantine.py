@@ -1,0 +1,145 @@
+"""A completion that kills the worker judging it is quarantined, not fed to worker after worker.
+
+Real worker processes (tests/integration/faulty_worker.py: the real worker with one
+injected fault, since no real completion is known to crash it any more) on the real
+broker, restarted by the test as a supervisor would whenever one dies. One
+partition, so every record goes to whichever worker owns it. The poison kills
+exactly ``quarantine_after`` (3) workers; the next owner dead-letters it unjudged,
+and the good completions published after it are scored.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from subprocess import Popen, TimeoutExpired
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from producers import RolloutProducer
+from rewardbus.topics import ensure_topics
+from schemas import Completion, DeadLetter, IoSuite, KafkaSettings, RewardEvent, decode
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+SUITE = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
+QUARANTINE_AFTER = 3  # WorkerConfig's default
+
+
+class Supervisor:
+    """Keeps ``size`` faulty-worker processes running, restarting any that dies."""
+
+    def __init__(self, kafka: KafkaSettings, log_dir: Path, size: int) -> None:
+        self._kafka = kafka
+        self._log_dir = log_dir
+        self._size = size
+        self.live: list[Popen[bytes]] = []
+        self.exits: list[int] = []
+        self._started = 0
+
+    def _spawn(self) -> None:
+        worker_id = f"w{self._started}"
+        self._started += 1
+        argv = [
+            sys.executable,
+            str(Path(__file__).with_name("faulty_worker.py")),
+            self._kafka.bootstrap_servers,
+            self._kafka.topics.prefix,
+            f"{self._kafka.topics.prefix}workers",
+            worker_id,
+        ]
+        with (self._log_dir / f"{worker_id}.log").open("wb") as log:
+            self.live.append(Popen(argv, cwd=ROOT, stdout=log, stderr=log))
+
+    def tend(self) -> None:
+        """Reap the dead and start their replacements."""
+        for proc in [p for p in self.live if p.poll() is not None]:
+            self.live.remove(proc)
+            self.exits.append(proc.returncode)
+        while len(self.live) < self._size:
+            self._spawn()
+
+    def stop(self) -> None:
+        for proc in self.live:
+            proc.terminate()
+        for proc in self.live:
+            try:
+                proc.wait(timeout=60)
+            except TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def supervised(kafka: KafkaSettings, log_dir: Path, size: int) -> Iterator[Supervisor]:
+    supervisor = Supervisor(kafka, log_dir, size)
+    supervisor.tend()
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop()
+
+
+async def _poll(
+    kafka: KafkaSettings,
+    topics: list[str],
+    done: Callable[[dict[str, list[bytes]]], bool],
+    supervisor: Supervisor,
+    timeout_s: float,
+) -> dict[str, list[bytes]]:
+    """Read ``topics`` until ``done(values)``, tending the workers between polls."""
+    consumer = AIOKafkaConsumer(*topics, **kafka.client_kwargs(), auto_offset_reset="earliest")
+    await consumer.start()
+    values: dict[str, list[bytes]] = {topic: [] for topic in topics}
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not done(values):
+            if time.monotonic() > deadline:
+                counts = {t: len(v) for t, v in values.items()}
+                raise AssertionError(f"timed out: {counts}, worker exits {supervisor.exits}")
+            supervisor.tend()
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp, records in batches.items():
+                values[tp.topic].extend(r.value for r in records)
+    finally:
+        await consumer.stop()
+    return values
+
+
+@pytest.mark.parametrize("fault", ["bug", "abort"])
+async def test_a_completion_that_kills_its_worker_is_quarantined_after_three_deaths(
+    kafka: KafkaSettings, tmp_path: Path, fault: str
+) -> None:
+    await ensure_topics(kafka, partitions=1)
+    poison = Completion(
+        sample_id="poison", batch_id="b", code=ADD, tests=SUITE, attributes={"fault": fault}
+    )
+    good = [
+        Completion(sample_id=f"good-{i}", batch_id="b", code=f"# {i}\n{ADD}", tests=SUITE)
+        for i in range(3)
+    ]
+    t = kafka.topics
+    with supervised(kafka, tmp_path, size=2) as supervisor:
+        async with RolloutProducer(kafka) as producer:
+            await producer.publish_many([poison, *good])
+
+        def done(values: dict[str, list[bytes]]) -> bool:
+            scored = {decode(v, RewardEvent).sample_id for v in values[t.rewards]}
+            return bool(values[t.dlq]) and scored >= {c.sample_id for c in good}
+
+        seen = await _poll(kafka, [t.rewards, t.dlq], done, supervisor, timeout_s=240)
+    (letter,) = [decode(v, DeadLetter) for v in seen[t.dlq]]
+    assert letter.key == b"poison" and letter.stage == "quarantine", letter
+    assert f"{QUARANTINE_AFTER} workers died" in letter.reason
+    # Exactly three workers died on it (non-zero), and no one else.
+    assert len(supervisor.exits) == QUARANTINE_AFTER, supervisor.exits
+    assert all(code != 0 for code in supervisor.exits)
+    rewarded = [decode(v, RewardEvent).sample_id for v in seen[t.rewards]]
+    assert "poison" not in rewarded
+    assert set(rewarded) == {c.sample_id for c in good}
