@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, default=9092)
     broker.add_argument("--data-dir", default=None)
 
+    cluster = sub.add_parser(
+        "cluster", help="run a local multi-broker KRaft Kafka cluster (fault tests, rehearsals)"
+    )
+    cluster.add_argument("--brokers", type=int, default=3)
+    cluster.add_argument("--data-dir", default=None, help="parent of each node's data dir")
+
     worker = sub.add_parser("worker", help="run one sandbox worker (consumer-group member)")
     _common(worker)
     worker.add_argument("--group-id", default="rewardbus-workers")
@@ -90,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="create the rewardbus topics")
     _common(topics)
     topics.add_argument("--partitions", type=int, default=4)
+    topics.add_argument("--replication-factor", type=int, default=1)
+    topics.add_argument(
+        "--min-insync-replicas", type=int, default=None, help="default: the broker's setting"
+    )
 
     judge = sub.add_parser("judge", help="judge completions from a JSON-lines file, no Kafka")
     judge.add_argument("file", help="JSON lines, one Completion each ('-' for stdin)")
@@ -260,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "demo": commands.demo,
         "broker": commands.broker,
+        "cluster": commands.cluster,
         "worker": commands.worker,
         "aggregator": commands.aggregator,
         "topics": commands.topics,

@@ -85,6 +85,19 @@ async def broker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cluster(args: argparse.Namespace) -> int:
+    from rewardbus.cluster import ClusterConfig, serve_cluster
+
+    root = Path(args.data_dir) if args.data_dir else None
+    config = ClusterConfig(brokers=args.brokers, data_dir=root)
+
+    def ready(bootstrap: str) -> None:
+        print(f"Kafka cluster ready at {bootstrap} (Ctrl-C to stop)", flush=True)
+
+    await serve_cluster(config, shutdown=_shutdown_future(), on_ready=ready)
+    return 0
+
+
 async def worker(args: argparse.Namespace) -> int:
     from rewardbus.wiring import SandboxOptions, build_executor
     from sandbox_workers.service import WorkerConfig, run_worker
@@ -157,7 +170,12 @@ async def topics(args: argparse.Namespace) -> int:
     from rewardbus.topics import ensure_topics
 
     kafka = _kafka(args, "rewardbus-admin")
-    await ensure_topics(kafka, partitions=args.partitions)
+    await ensure_topics(
+        kafka,
+        partitions=args.partitions,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+    )
     for name in kafka.topics.all():
         print(name)
     return 0
