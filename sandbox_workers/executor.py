@@ -43,7 +43,7 @@ from sandbox_workers.judging.runner import SuiteRun, SuiteRunner, checker_judge,
 from sandbox_workers.judging.scoring import score_tests
 from sandbox_workers.languages import Language, Toolchain, discover_toolchains, lookup
 from sandbox_workers.languages.python import syntax_error
-from sandbox_workers.sandbox import Sandbox, SandboxFault
+from sandbox_workers.sandbox import DEFAULT_BACKSTOP, Sandbox, SandboxFault, WallBackstop
 from schemas import (
     AssertSuite,
     CheckerSuite,
@@ -80,6 +80,8 @@ class ExecutorConfig:
     ``compile_cache_dir`` keeps compiled artifacts (and Go's build cache) across
     restarts; without it they live in memory and a private temporary directory.
     ``toolchains`` skips discovery (tests share one discovery across executors).
+    ``backstop`` is the wall-clock backstop of every time limit (tests, the
+    harness's per-test limits, compiles, the total budget), which are CPU time.
     """
 
     worker_id: str = ""
@@ -89,6 +91,7 @@ class ExecutorConfig:
     compile_cache_dir: Path | None = None
     compile_cache_bytes: int = 256 << 20
     toolchains: Mapping[str, Toolchain] | None = None
+    backstop: WallBackstop = DEFAULT_BACKSTOP
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,9 @@ class Executor:
             self._toolchains = discover_toolchains(state_dir)
         artifacts = config.compile_cache_dir / "artifacts" if config.compile_cache_dir else None
         self._cache = CompileCache(artifacts, config.compile_cache_bytes)
-        self._builder = Builder(sandbox, self._cache, message_bytes=config.message_bytes)
+        self._builder = Builder(
+            sandbox, self._cache, message_bytes=config.message_bytes, backstop=config.backstop
+        )
 
     async def aclose(self) -> None:
         """Release the sandbox (its warm zygotes and cgroups); no execution may be running."""
@@ -216,7 +221,10 @@ class Executor:
             if error is not None:
                 return _Judgement(Verdict.COMPILE_ERROR, error[: self._config.message_bytes])
         runner = SuiteRunner(
-            self._sandbox, limits, stop_on_first_failure=suite.stop_on_first_failure
+            self._sandbox,
+            limits,
+            stop_on_first_failure=suite.stop_on_first_failure,
+            backstop=self._config.backstop,
         )
         if isinstance(suite, AssertSuite) and task.language.name not in harness_languages():
             return await self._program_per_case(runner, task, suite)
@@ -265,7 +273,7 @@ class Executor:
         checker = await self._builder.build(
             checker_language, checker_toolchain, suite.checker.code, Limits()
         )
-        judge = checker_judge(self._sandbox, checker, limits)
+        judge = checker_judge(self._sandbox, checker, limits, self._config.backstop)
         cases = list(zip(suite.inputs, suite.outputs, strict=True))
         return await runner.stdin_tests(program, cases, judge)
 

@@ -36,8 +36,10 @@ from schemas import Limits
 __all__ = ["FINGERPRINT_VERSION", "fingerprint", "normalize_code"]
 
 # Part of every fingerprint: bump it whenever normalisation or the canonical
-# encoding changes, so old cache entries can never match new programs.
-FINGERPRINT_VERSION = "rewardbus-fp/1"
+# encoding changes, or judging gives the same inputs another verdict, so old cache
+# entries can never match new programs. fp/2: time limits are CPU time with a wall
+# backstop (the worker's runtime_version is the package's, which did not change).
+FINGERPRINT_VERSION = "rewardbus-fp/2"
 
 # Canonical language names (Language.name) whose toolchains read CRLF as LF.
 _CRLF_AGNOSTIC = frozenset({"python", "javascript", "java", "go", "rust", "c", "cpp"})

@@ -65,6 +65,10 @@ class _OpenFiles:
     def __init__(self) -> None:
         self._fds: dict[tuple[Path, int], int] = {}
 
+    def fd(self, path: Path, flags: int = os.O_RDONLY) -> int:
+        """The kept-open fd of ``path`` (opened on first use)."""
+        return self._fd(path, flags)
+
     def _fd(self, path: Path, flags: int) -> int:
         fd = self._fds.get((path, flags))
         if fd is None:
@@ -165,6 +169,22 @@ class CgroupSlot(ABC):
     def procs_files(self) -> tuple[Path, ...]:
         """``cgroup.procs`` files the program writes itself into."""
 
+    @property
+    @abstractmethod
+    def cpu_counter(self) -> Path | None:
+        """The file counting the slot's CPU time, which the jail's init enforces
+        the time limit on (v1 ``cpuacct.usage``, v2 ``cpu.stat``); None without one."""
+
+    def cpu_counter_fd(self) -> int | None:
+        """:attr:`cpu_counter`, kept open (for a warm zygote's executions), or None."""
+        counter = self.cpu_counter
+        if counter is None:
+            return None
+        try:
+            return self._files.fd(counter)
+        except OSError:
+            return None
+
     @abstractmethod
     def prepare(self, limits: CgroupLimits) -> None:
         """Apply an execution's limits (only those that changed are written)."""
@@ -209,6 +229,8 @@ class CgroupTree(ABC):
     memory: bool
     pids: bool
     cpu: bool
+    # Slots have a CPU counter (CgroupSlot.cpu_counter): v1 needs cpuacct.
+    cpu_accounting: bool
 
     @abstractmethod
     def new_slot(self) -> CgroupSlot:
@@ -236,6 +258,11 @@ class V1Slot(CgroupSlot):
     @property
     def procs_files(self) -> tuple[Path, ...]:
         return tuple(d / "cgroup.procs" for d in self._unique)
+
+    @property
+    def cpu_counter(self) -> Path | None:
+        cpuacct = self._dirs.get("cpuacct")
+        return None if cpuacct is None else cpuacct / "cpuacct.usage"
 
     def _set_memory(self, memory: Path, limit: int) -> None:
         memsw = memory / "memory.memsw.limit_in_bytes"
@@ -320,6 +347,7 @@ class V1Tree(CgroupTree):
         self.memory = "memory" in bases
         self.pids = "pids" in bases
         self.cpu = "cpu" in bases
+        self.cpu_accounting = "cpuacct" in bases
         self._count = 0
 
     def new_slot(self) -> CgroupSlot:
@@ -352,6 +380,11 @@ class V2Slot(CgroupSlot):
     @property
     def procs_files(self) -> tuple[Path, ...]:
         return (self.path / "cgroup.procs",)
+
+    @property
+    def cpu_counter(self) -> Path | None:
+        # usage_usec is in every v2 cgroup's cpu.stat, cpu controller or not.
+        return self.path / "cpu.stat"
 
     def _apply(self, limits: CgroupLimits) -> None:
         old, on = self._applied, self._controllers
@@ -448,6 +481,7 @@ class V2Tree(CgroupTree):
     """
 
     version = 2
+    cpu_accounting = True  # cpu.stat's usage_usec, with or without the cpu controller
 
     def __init__(self, base: Path, instance: str) -> None:
         base.mkdir(parents=True, exist_ok=True)

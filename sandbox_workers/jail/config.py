@@ -33,13 +33,17 @@ ALL_LAYERS: tuple[str, ...] = (
     "cgroup_memory",
     "cgroup_pids",
     "cgroup_cpu",
+    "cpu_time",
     "seccomp",
     "rlimits",
     "uid",
 )
 
 # Strict mode refuses to run without these. cgroup_cpu is a fairness quota, not a
-# containment layer: its absence degrades but does not block.
+# containment layer: its absence degrades but does not block. cpu_time (time
+# limits on the cgroup's CPU counter: every process and thread of a jail) falls
+# back to per-process CPU clocks, which a program can outrun only with children
+# (each still bounded by RLIMIT_CPU and the wall-clock backstop): it degrades.
 DEFAULT_REQUIRED: frozenset[str] = frozenset(
     {
         "launcher",
@@ -108,6 +112,7 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "site",
     "json",
     "resource",
+    "select",
     "signal",
     "contextlib",
     "typing",

@@ -50,8 +50,14 @@ def _launcher_probe(binaries: Binaries, config: JailConfig) -> dict[str, tuple[b
     return found
 
 
+_NO_CPU_COUNTER = (
+    "time limits fall back to per-process CPU times (every process of the jail's /proc;"
+    " without a pid namespace, the program's own process and its exited children)"
+)
+
+
 def _cgroup_probe(config: JailConfig) -> tuple[CgroupTree | None, dict[str, tuple[bool, str]]]:
-    names = ("cgroup_memory", "cgroup_pids", "cgroup_cpu")
+    names = ("cgroup_memory", "cgroup_pids", "cgroup_cpu", "cpu_time")
     try:
         tree = detect_tree(config.cgroup_parent, config.cgroup_root)
     except OSError as exc:
@@ -68,10 +74,17 @@ def _cgroup_probe(config: JailConfig) -> tuple[CgroupTree | None, dict[str, tupl
         tree.close()
         return None, {n: (False, f"cannot write cgroup limits: {exc}") for n in names}
     where = f"cgroup v{tree.version}"
+    counter = "cpuacct.usage" if tree.version == 1 else "cpu.stat"
     return tree, {
         "cgroup_memory": (tree.memory, where if tree.memory else f"{where}: no memory controller"),
         "cgroup_pids": (tree.pids, where if tree.pids else f"{where}: no pids controller"),
         "cgroup_cpu": (tree.cpu, where if tree.cpu else f"{where}: no cpu controller"),
+        "cpu_time": (
+            tree.cpu_accounting,
+            f"{where} {counter}: time limits count the CPU time of every process and thread"
+            if tree.cpu_accounting
+            else f"{where}: no cpuacct controller: {_NO_CPU_COUNTER}",
+        ),
     }
 
 
@@ -88,13 +101,21 @@ def probe_host(config: JailConfig) -> HostLayers:
         found.update(_launcher_probe(binaries, config))
     tree, cgroup_found = _cgroup_probe(config)
     found.update(cgroup_found)
-    layers = []
+    layers: list[LayerStatus] = []
     for name in ALL_LAYERS:
         active, detail = found.get(name, (False, "needs the launcher"))
         if name in config.disabled:
             active, detail = False, "disabled by configuration"
+        elif name == "cpu_time" and active and not _cgroups_in_use(layers):
+            active, detail = False, f"the cgroup layers are off: {_NO_CPU_COUNTER}"
         layers.append(LayerStatus(name, active, detail or "ok", required=name in config.required))
     return HostLayers(layers=layers, binaries=binaries, tree=tree)
+
+
+def _cgroups_in_use(layers: list[LayerStatus]) -> bool:
+    # JailSandbox keeps its cgroup tree only for an active controller layer.
+    cgroups = ("cgroup_memory", "cgroup_pids", "cgroup_cpu")
+    return any(layer.active for layer in layers if layer.name in cgroups)
 
 
 def detect_layers(config: JailConfig) -> list[LayerStatus]:

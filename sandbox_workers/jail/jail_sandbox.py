@@ -8,6 +8,16 @@ program runs confined (rlimits, uid, seccomp) with a scrubbed environment, and
 after it ends every process of the jail is dead, the results are read and the
 slot is checked empty before it is reused.
 
+Time limits: ``ExecRequest.time_s`` is CPU time of the whole jail (every
+process and thread), enforced by the jail's init on the slot's cgroup CPU
+counter, which it is handed (``--cpu-counter``; a zygote's executions get it as
+an fd); ``ExecRequest.wall_limit_s`` is the wall-clock backstop for programs
+that sleep or block, moved back by the time the jail's tasks wait for a CPU
+(schedstat run delay) up to ``ExecRequest.wall_cap_limit_s``. Without a cgroup
+CPU counter (degraded) init falls back to per-process clocks
+(``ExecResult.cpu_source``: procfs, or process), and RLIMIT_CPU bounds each
+process.
+
 Requests for a pooled interpreter (``JailConfig.pool``) are served by a warm
 zygote instead (:mod:`sandbox_workers.pool`): it forks the execution's pid 1,
 which speaks the same status protocol, so everything after the fork (files,
@@ -32,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sandbox_workers.jail.build import Binaries
 from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot, CgroupStats, CgroupTree
@@ -62,7 +72,8 @@ _WORKDIR = "/work"
 _OWN_TASKS = 3
 # A warm slot also holds the zygote and the execution's pid 1.
 _POOL_OWN_TASKS = 5
-# A zygote's jail has no time limit of its own (the launcher wants one: ~10 years).
+# A zygote's jail has no time limit of its own (the launcher wants one: ~10 years,
+# of CPU and of wall time: its executions' CPU adds up in the same slot).
 _ZYGOTE_LIFETIME_MS = 10 * 365 * 24 * 3600 * 1000
 # While it starts, a zygote imports modules: generous limits, replaced per execution.
 _ZYGOTE_START_MEMORY = 512 << 20
@@ -264,7 +275,7 @@ class JailSandbox:
         launch: Launch | None = None
         try:
             launch = Launch(request.stdin, request.output_bytes)
-            await launch.start(slot.spawner, self._options(request, hostdir))
+            await launch.start(slot.spawner, self._options(request, hostdir, slot.cgroup))
             workfd = await launch.ready(self._config.setup_timeout_s)
             try:
                 return await self._run(request, launch, workfd, slot.cgroup)
@@ -307,7 +318,10 @@ class JailSandbox:
             if zygote.cgroup is not None:
                 allowance = zygote.info.anon_kb * 1024 + _ZYGOTE_OVERHEAD_BYTES
                 zygote.cgroup.prepare(self._limits(request, _POOL_OWN_TASKS, allowance))
-            zygote.load(self._warm_spec(command, request, zygote))
+            counter = None
+            if zygote.cgroup is not None and self._on("cpu_time"):
+                counter = zygote.cgroup.cpu_counter_fd()
+            zygote.load(self._warm_spec(command, request, zygote), cpu_counter=counter)
             launch = Launch(request.stdin, request.output_bytes)
             await launch.start(zygote, ())
             workfd = await launch.ready(self._config.setup_timeout_s)
@@ -347,7 +361,9 @@ class JailSandbox:
             argv=request.argv,
             code=command.code,
             args=command.args,
-            time_ms=max(1, math.ceil(request.time_s * 1000)),
+            cpu_ms=_cpu_ms(request),
+            wall_ms=_wall_ms(request),
+            wall_cap_ms=_wall_cap_ms(request),
             work_mb=request.workdir_mb,
             tmp_mb=cfg.tmp_mb,
             inodes=cfg.max_inodes,
@@ -372,7 +388,7 @@ class JailSandbox:
         if cgroup is not None:
             cgroup.start_measuring()  # the jail is built: what follows is the program's
         launch.go()
-        await launch.finish(request.time_s + self._config.kill_grace_s)
+        await launch.finish(request.wall_cap_limit_s + self._config.kill_grace_s)
         if launch.error is not None or (launch.report is None and launch.stop_reason is None):
             raise launch.fault()
         stats = cgroup.stats() if cgroup is not None else None
@@ -430,7 +446,9 @@ class JailSandbox:
         """(name, soft, hard) of every rlimit an execution gets."""
         if not self._on("rlimits"):
             return
-        cpu = math.ceil(request.time_s) + 1  # wall time is the real limit; this is a backstop
+        # The jail's init enforces time_s on the CPU time of all its processes;
+        # per process, this only backs it up (whole seconds, each process its own).
+        cpu = math.ceil(request.time_s) + 1
         fsize = request.file_size_mb << 20
         yield ("cpu", cpu, cpu + 1)
         yield ("fsize", fsize, fsize)
@@ -453,9 +471,16 @@ class JailSandbox:
         home = _WORKDIR if hostdir is None else str(hostdir)
         return _environment(self._config, request.env, home)
 
-    def _options(self, request: ExecRequest, hostdir: Path | None) -> list[str]:
+    def _options(
+        self, request: ExecRequest, hostdir: Path | None, cgroup: CgroupSlot | None
+    ) -> list[str]:
         """The supervisor's options for one request (the spawner adds nothing)."""
-        options = [*self._static, "--time-ms", str(max(1, math.ceil(request.time_s * 1000)))]
+        options = [*self._static, "--cpu-ms", str(_cpu_ms(request))]
+        options += ["--wall-ms", str(_wall_ms(request))]
+        options += ["--wall-cap-ms", str(_wall_cap_ms(request))]
+        counter = cgroup.cpu_counter if cgroup is not None and self._on("cpu_time") else None
+        if counter is not None:
+            options += ["--cpu-counter", str(counter)]
         options += ["--work-mb", str(request.workdir_mb)]
         if hostdir is not None:
             options += ["--workdir", str(hostdir)]
@@ -468,6 +493,18 @@ class JailSandbox:
         options.append("--")
         options += request.argv
         return options
+
+
+def _cpu_ms(request: ExecRequest) -> int:
+    return max(1, math.ceil(request.time_s * 1000))
+
+
+def _wall_ms(request: ExecRequest) -> int:
+    return max(1, math.ceil(request.wall_limit_s * 1000))
+
+
+def _wall_cap_ms(request: ExecRequest) -> int:
+    return max(1, math.ceil(request.wall_cap_limit_s * 1000))
 
 
 def _environment(config: JailConfig, env: Mapping[str, str], home: str) -> dict[str, str]:
@@ -536,7 +573,9 @@ class _ZygoteStarter:
         # mounts for its children and runs nothing untrusted; each child confines
         # itself. The jail around it is still built for --uid (passwd, /work).
         options = [*self._static, "--keep-root", "--no-seccomp"]
-        options += ["--time-ms", str(_ZYGOTE_LIFETIME_MS), "--work-mb", "1"]
+        lifetime = str(_ZYGOTE_LIFETIME_MS)
+        options += ["--cpu-ms", lifetime, "--wall-ms", lifetime, "--wall-cap-ms", lifetime]
+        options += ["--work-mb", "1"]
         for mount in profile.mounts:
             options += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
         for key, value in _environment(self._config, dict(profile.env), _WORKDIR).items():
@@ -585,19 +624,27 @@ def _result(
 ) -> ExecResult:
     exit_code: int | None = None
     signum: int | None = int(signal.SIGKILL)
-    wall_ms, cpu_ms, rss_kb, timed_out = elapsed_ms, 0.0, 0, False
+    wall_ms, cpu_ms, rss_kb = elapsed_ms, 0.0, 0
+    timed_out_by: Literal["cpu", "wall"] | None = None
+    cpu_source, waited_ms = "", 0.0
     # No report: we stopped the jail (output cap, backstop deadline) before its
     # init could report, and the program died with its pid namespace (SIGKILL).
     if report is not None:
         exit_code, signum = report.exit_code, report.signal
         wall_ms, cpu_ms, rss_kb = report.wall_ms, report.cpu_ms, report.maxrss_kb
-        timed_out = report.timed_out
+        cpu_source, waited_ms = report.cpu_source, report.waited_ms
+        if report.timed_out:
+            timed_out_by = "wall" if report.limit == "wall" else "cpu"
+    elif stats is not None and stats.cpu_ms is not None:
+        cpu_ms = stats.cpu_ms
     if stats is not None:
-        cpu_ms = stats.cpu_ms if stats.cpu_ms is not None else cpu_ms
         # The cgroup sees the whole tree and its tmpfs files, but not file pages
         # that were already cached; the largest RSS sees those: report the larger.
         rss_kb = max(rss_kb, stats.peak_memory_kb or 0)
-    timed_out = timed_out or launch.stop_reason == "timeout" or signum == signal.SIGXCPU
+    if timed_out_by is None and signum == signal.SIGXCPU:
+        timed_out_by = "cpu"  # one process's RLIMIT_CPU
+    if timed_out_by is None and launch.stop_reason == "timeout":
+        timed_out_by = "wall"  # the worker's own deadline: the jail's init did not stop it
     return ExecResult(
         exit_code=exit_code,
         signal=signum,
@@ -606,8 +653,11 @@ def _result(
         wall_ms=wall_ms,
         cpu_ms=cpu_ms,
         peak_memory_kb=rss_kb,
-        timed_out=timed_out,
+        timed_out=timed_out_by is not None,
         memory_exceeded=stats.oom_killed if stats is not None else False,
         output_exceeded=launch.output_exceeded,
         files=files,
+        timed_out_by=timed_out_by,
+        cpu_source=cpu_source,
+        waited_ms=waited_ms,
     )

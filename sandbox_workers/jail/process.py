@@ -48,7 +48,13 @@ _STOP_GRACE_S = 2.0
 
 @dataclass(frozen=True)
 class JailReport:
-    """What the jail's init measured: the program's status and resource use."""
+    """What the jail's init measured: the program's status and resource use.
+
+    ``cpu_ms`` is the CPU time the limit was enforced on (the whole jail's,
+    measured as ``cpu_source`` says); ``limit`` is the limit that ended a
+    timed-out run: ``"cpu"`` or ``"wall"`` (the backstop); ``waited_ms`` how
+    long the program's live threads had waited for a CPU when it exited.
+    """
 
     exit_code: int | None
     signal: int | None
@@ -56,19 +62,27 @@ class JailReport:
     cpu_ms: float
     maxrss_kb: int
     timed_out: bool
+    limit: str | None = None
+    cpu_source: str = ""
+    waited_ms: float = 0.0
 
 
 def _parse_report(text: str) -> JailReport:
     fields = dict(item.split("=", 1) for item in text.split()[1:])
     exit_code = int(fields["exit"])
     signum = int(fields["signal"])
+    reaped_us = int(fields["utime_us"]) + int(fields["stime_us"])
+    limit = fields.get("limit", "none")
     return JailReport(
         exit_code=None if exit_code < 0 else exit_code,
         signal=signum or None,
         wall_ms=int(fields["wall_us"]) / 1000,
-        cpu_ms=(int(fields["utime_us"]) + int(fields["stime_us"])) / 1000,
+        cpu_ms=int(fields.get("cpu_us", reaped_us)) / 1000,
         maxrss_kb=int(fields["maxrss_kb"]),
         timed_out=fields["timed_out"] == "1",
+        limit=None if limit == "none" else limit,
+        cpu_source=fields.get("cpu_source", ""),
+        waited_ms=int(fields.get("waited_us", 0)) / 1000,
     )
 
 
@@ -396,9 +410,9 @@ class Launch:
     async def finish(self, deadline_s: float) -> None:
         """Wait until the supervisor exited and both pipes closed.
 
-        Past ``deadline_s`` (the jail enforces the real time limit itself; this
-        is the backstop) the jail is stopped. Raises SandboxFault if even a
-        SIGKILL does not end it.
+        Past ``deadline_s`` (the jail enforces the time limits itself; this is
+        in case its init does not) the jail is stopped. Raises SandboxFault if
+        even a SIGKILL does not end it.
         """
         if await self._settle(max(deadline_s, 0.0)):
             return

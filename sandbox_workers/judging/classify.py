@@ -16,7 +16,13 @@ import signal
 from sandbox_workers.sandbox import ExecResult
 from schemas import Verdict
 
-__all__ = ["describe_exit", "failure_verdict", "mentions_out_of_memory", "tail_text"]
+__all__ = [
+    "describe_exit",
+    "describe_timeout",
+    "failure_verdict",
+    "mentions_out_of_memory",
+    "tail_text",
+]
 
 _OUT_OF_MEMORY = re.compile(
     rb"MemoryError|[Cc]annot allocate|java\.lang\.OutOfMemoryError|std::bad_alloc"
@@ -25,6 +31,8 @@ _OUT_OF_MEMORY = re.compile(
 )
 # Only the end of stderr is searched: that is where a dying runtime reports.
 _STDERR_WINDOW = 16 * 1024
+# CPU time measured without the slot's cgroup counter (see sandbox_workers.jail).
+_PER_PROCESS_SOURCES = frozenset({"procfs", "process"})
 
 
 def failure_verdict(result: ExecResult) -> Verdict | None:
@@ -50,7 +58,7 @@ def mentions_out_of_memory(stderr: bytes) -> bool:
 def describe_exit(result: ExecResult, limit: int = 200) -> str:
     """A short human-readable reason: the signal or status, and stderr's last line."""
     if result.timed_out:
-        return f"timed out after {result.wall_ms:.0f} ms"
+        return describe_timeout(result)[:limit]
     if result.memory_exceeded:
         return "memory limit exceeded"
     if result.output_exceeded:
@@ -62,6 +70,23 @@ def describe_exit(result: ExecResult, limit: int = 200) -> str:
     last = _last_line(result.stderr)
     text = f"{reason}: {last}" if last else reason
     return text[:limit]
+
+
+def describe_timeout(result: ExecResult) -> str:
+    """Which time limit ended the run: the CPU limit, or the wall-clock backstop."""
+    cpu, wall = result.cpu_ms, result.wall_ms
+    if result.timed_out_by == "cpu":
+        text = f"cpu limit: {cpu:.0f} ms of CPU time used (in {wall:.0f} ms)"
+    elif result.timed_out_by == "wall":
+        text = (
+            f"wall backstop: still running after {wall:.0f} ms with {cpu:.0f} ms"
+            " of CPU time (sleeping or blocked)"
+        )
+    else:
+        text = f"timed out after {wall:.0f} ms"
+    if result.cpu_source in _PER_PROCESS_SOURCES:
+        text += f" [degraded: no cgroup CPU counter, CPU counted per process ({result.cpu_source})]"
+    return text
 
 
 def tail_text(data: bytes, limit: int) -> str:

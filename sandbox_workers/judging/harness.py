@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from sandbox_workers.judging.jsharness import JS_HARNESS
 from sandbox_workers.languages import utf8
+from sandbox_workers.sandbox import DEFAULT_BACKSTOP, WallBackstop
 
 __all__ = ["HarnessPlan", "harness_languages", "new_markers", "parse_records", "strip_markers"]
 
@@ -55,11 +56,20 @@ class HarnessPlan:
         """The harness script's file name (what the interpreter runs)."""
         return _SCRIPTS[self.language][0]
 
-    def files(self, source: str, *, budget_s: float, stop_on_failure: bool) -> dict[str, bytes]:
+    def files(
+        self,
+        source: str,
+        *,
+        budget_s: float,
+        stop_on_failure: bool,
+        backstop: WallBackstop = DEFAULT_BACKSTOP,
+    ) -> dict[str, bytes]:
         """The harness, the program and the spec, for the work directory.
 
         ``budget_s`` is what is left of the completion's total time: the harness
-        reports the tests it has no time for as not run.
+        reports the tests it has no time for as not run. Per test, ``time_s`` is
+        CPU time with ``backstop`` for a wall-clock limit, and the budget is
+        charged as :class:`~sandbox_workers.judging.scoring.Budget` charges it.
         """
         script, program = _SCRIPTS[self.language]
         spec = {
@@ -67,6 +77,9 @@ class HarnessPlan:
             "source": program,
             "tests": self.tests,
             "time_s": self.time_s,
+            "wall_factor": backstop.factor,
+            "wall_extra_s": backstop.extra_s,
+            "wall_stretch": backstop.stretch,
             "memory_mb": self.memory_mb,
             "fn_name": self.fn_name,
             "setup": self.setup,

@@ -2,8 +2,9 @@
 
 Interpreted languages need no step: the program is the source file. Compiled
 languages compile inside the sandbox with the compile limits
-(``Limits.compile_time_s``, ``compile_memory_mb``); the artifacts come back
-through ``collect`` and go into every later run through ``files``.
+(``Limits.compile_time_s``, CPU time like every time limit, with the same
+wall-clock backstop; ``compile_memory_mb``); the artifacts come back through
+``collect`` and go into every later run through ``files``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from opentelemetry.trace import Status, StatusCode
 from sandbox_workers.compile_cache import Artifact, CompileCache, artifact_key
 from sandbox_workers.judging.classify import describe_exit
 from sandbox_workers.languages import BASE_ENV, CompileStep, Language, Toolchain, utf8
-from sandbox_workers.sandbox import ExecRequest, ExecResult, Sandbox, SandboxFault
+from sandbox_workers.sandbox import (
+    DEFAULT_BACKSTOP,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+    SandboxFault,
+    WallBackstop,
+)
 from schemas import Limits
 
 __all__ = ["Builder", "CompileFailure", "Program"]
@@ -47,6 +55,8 @@ class Program:
         limits: Limits,
         *,
         time_s: float,
+        wall_s: float | None = None,
+        wall_cap_s: float | None = None,
         stdin: bytes = b"",
         files: Mapping[str, bytes] | None = None,
         entry: str | None = None,
@@ -56,8 +66,10 @@ class Program:
     ) -> ExecRequest:
         """One execution of this program (or of ``entry``, e.g. a harness) under ``limits``.
 
-        ``files`` are added to the program's own files (and win on a clash);
-        ``args`` are appended to the command line.
+        ``time_s`` is its CPU time limit, ``wall_s`` its wall-clock backstop and
+        ``wall_cap_s`` the backstop's cap (None: the sandbox's defaults). ``files`` are added to the
+        program's own files (and win on a clash); ``args`` are appended to the
+        command line.
         """
         launch = self.language.launch(self.toolchain, entry or self.entry, limits)
         reserve_mb = launch.reserve_mb if self.address_space_limited else 0
@@ -68,6 +80,8 @@ class Program:
             stdin=stdin,
             env={**BASE_ENV, **launch.env},
             time_s=time_s,
+            wall_s=wall_s,
+            wall_cap_s=wall_cap_s,
             memory_mb=limits.memory_mb + launch.memory_overhead_mb + reserve_mb + memory_slack_mb,
             output_bytes=limits.output_kb * 1024 + output_slack_bytes,
             max_processes=launch.max_processes,
@@ -85,10 +99,18 @@ class CompileFailure:
 class Builder:
     """Prepares programs, compiling through the cache when the language needs it."""
 
-    def __init__(self, sandbox: Sandbox, cache: CompileCache, *, message_bytes: int) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        cache: CompileCache,
+        *,
+        message_bytes: int,
+        backstop: WallBackstop = DEFAULT_BACKSTOP,
+    ) -> None:
         self._sandbox = sandbox
         self._cache = cache
         self._message_bytes = message_bytes
+        self._backstop = backstop
         # Without the cgroup memory controller the jail falls back to RLIMIT_AS.
         self._address_space_limited = "cgroup_memory" in sandbox.degraded
 
@@ -142,6 +164,8 @@ class Builder:
             files={source_name: utf8(source)},
             env={**BASE_ENV, **step.env},
             time_s=limits.compile_time_s,
+            wall_s=self._backstop.wall_s(limits.compile_time_s),
+            wall_cap_s=self._backstop.cap_s(limits.compile_time_s),
             memory_mb=limits.compile_memory_mb
             + (step.reserve_mb if self._address_space_limited else 0),
             output_bytes=_COMPILER_OUTPUT_BYTES,
@@ -161,7 +185,8 @@ class Builder:
 
     def _artifact(self, step: CompileStep, result: ExecResult) -> tuple[Artifact, bool]:
         if result.timed_out or result.memory_exceeded:
-            # Load-dependent: report it, but let the next attempt try again.
+            # Possibly load-dependent (the wall backstop, memory held by page
+            # cache): report it, but let the next attempt try again.
             reason = "compilation " + describe_exit(result)
             return Artifact(ok=False, message=reason), False
         if not result.ok:

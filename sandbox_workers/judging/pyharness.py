@@ -9,13 +9,26 @@ runaway allocation ends only that test.
 Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
 
 - ``spec.json``: ``mode`` (``"call"`` or ``"assert"``), ``source`` (file name
-  of the program), ``time_s`` and ``memory_mb`` per test, ``tests`` (call: the
-  argument list of each call; assert: each case's code, or null for the single
-  ``check(entry_point)`` test), ``fn_name``, ``setup`` (assert: test code run
-  after the program), ``entry_point``.
+  of the program), ``time_s`` (CPU time) and ``memory_mb`` per test,
+  ``wall_factor``, ``wall_extra_s`` and ``wall_stretch`` (the wall-clock
+  backstop per test, ``max(factor * time_s, time_s + extra_s)``, and its cap,
+  ``stretch`` times that), ``budget_s`` (what is left of
+  the completion's total time, charged per test its CPU time or its wall time
+  less the time it waited for a CPU, whichever is more), ``stop_on_failure``,
+  ``tests`` (call: the argument list of each call; assert: each case's code,
+  or null for the single ``check(entry_point)`` test), ``fn_name``, ``setup``
+  (assert: test code run after the program), ``entry_point``.
 - stdin: one random marker per test (32 hex digits and a newline).
 - stdout: after test *i* has finished and its processes are gone, one line
   ``<marker i> <json record>``.
+
+Per test the parent enforces the CPU time of the test's child (all its
+threads) and the wall-clock backstop, as the jail does for a whole execution:
+it sleeps in poll() until the child writes, exits, or could at the earliest
+have used up its CPU time (every usable CPU busy), then looks at the child's
+CPU clock; a busy host stretches a test's wall time, not its CPU time. Time
+the child's threads waited for a CPU (``/proc/<pid>/task/*/schedstat``) moves
+the backstop back, up to ``wall_stretch`` times it.
 
 Why the markers cannot be forged by the program: the parent reads marker *i*
 from stdin only after child *i* is dead, so no child ever holds its own marker
@@ -35,46 +48,53 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import math
 import os
 import resource
+import select
 import signal
 import sys
 import time
 from collections.abc import Callable
-from types import CodeType, FrameType
+from types import CodeType
 from typing import Any
 
 MARKER_BYTES = 33
 _MESSAGE_LIMIT = 300
+# The shortest wait between two looks at a running test's CPU clock.
+_CHECK_FLOOR_S = 0.002
+# Past the backstop, how often a starved test's run-queue delays are looked at again.
+_STARVED_CHECK_S = 0.02
+# A test off the CPU for less than this did not wait for one long enough to matter.
+_WAITED_WORTH_S = 0.01
+# After a test's child exits, at most this many chunks are still read from its
+# pipe (a descendant may hold it open and keep writing).
+_DRAIN_CHUNKS = 256
 Record = dict[str, Any]
-
-
-class _Deadline(BaseException):
-    """Raised in the parent by SIGALRM when the running test's time is up."""
-
-
-def _on_alarm(signum: int, frame: FrameType | None) -> None:
-    del signum, frame
-    raise _Deadline
 
 
 def main() -> int:
     """Run every test of spec.json; one record line per test on stdout."""
-    _make_undumpable()
+    _set_dumpable(0)
     with open("spec.json", encoding="utf-8") as handle:
         spec: dict[str, Any] = json.load(handle)
     jobs = _jobs(spec)
-    signal.signal(signal.SIGALRM, _on_alarm)
     budget_s = float(spec["budget_s"])
+    factor = float(spec.get("wall_factor", 2.0))
+    extra_s = float(spec.get("wall_extra_s", 1.0))
+    stretch = float(spec.get("wall_stretch", 10.0))
     for job in jobs:
         if isinstance(job, dict):
             record = job
         elif budget_s <= 0.001:
             record = {"verdict": "time_limit", "message": "not run: total time limit reached"}
         else:
-            time_s = min(float(spec["time_s"]), budget_s)
-            record = _run_isolated(job, time_s, int(spec["memory_mb"]))
-            budget_s -= record["wall_ms"] / 1000
+            cpu_s = min(float(spec["time_s"]), budget_s)
+            wall_s = max(factor * cpu_s, cpu_s + extra_s)
+            record = _run_isolated(job, cpu_s, wall_s, stretch * wall_s, int(spec["memory_mb"]))
+            # Its CPU time, or its wall time less its wait for a CPU (as the worker charges).
+            waited_ms = record.pop("waited_ms", 0.0)
+            budget_s -= max(record.get("cpu_ms", 0.0), record["wall_ms"] - waited_ms) / 1000
         marker = _read_marker()
         if marker is None:
             return 2
@@ -126,7 +146,9 @@ def _bind_assert(
 # --- in the parent -----------------------------------------------------------
 
 
-def _run_isolated(job: Callable[[], Record], time_s: float, memory_mb: int) -> Record:
+def _run_isolated(
+    job: Callable[[], Record], cpu_s: float, wall_s: float, cap_s: float, memory_mb: int
+) -> Record:
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     pid = os.fork()
@@ -137,43 +159,117 @@ def _run_isolated(job: Callable[[], Record], time_s: float, memory_mb: int) -> R
     # Both sides set the group, so a kill right after fork cannot miss it.
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)
-    data, status, usage, timed_out = _wait(pid, read_fd, time_s)
-    wall_ms = (time.monotonic() - started) * 1000
+    data, limit = _wait(pid, read_fd, cpu_s, (started + wall_s, started + cap_s))
+    # Before it is killed or reaped, while its schedstat is there; only when it
+    # was off the CPU long enough for its wait to matter.
+    waited_s = 0.0
+    if time.monotonic() - started - _cpu_time(_cpu_clock(pid)) > _WAITED_WORTH_S:
+        waited_s = _waited_s(pid)
     _kill(pid)
+    status, usage = _reap(pid)
+    wall_ms = (time.monotonic() - started) * 1000
     os.close(read_fd)
-    record = _record(data, status, timed_out)
+    cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 if usage is not None else 0.0
+    record = _record(data, status, limit, cpu_ms, wall_ms)
     record["wall_ms"] = round(wall_ms, 3)
+    record["waited_ms"] = round(waited_s * 1000, 3)
     if usage is not None:
-        record["cpu_ms"] = round((usage.ru_utime + usage.ru_stime) * 1000, 3)
+        record["cpu_ms"] = round(cpu_ms, 3)
         record["peak_memory_kb"] = usage.ru_maxrss
     return record
 
 
 def _wait(
-    pid: int, read_fd: int, time_s: float
-) -> tuple[bytes, int | None, resource.struct_rusage | None, bool]:
+    pid: int, read_fd: int, cpu_s: float, walls: tuple[float, float]
+) -> tuple[bytes, str | None]:
+    """The child's output, once it has exited or hit a limit ("cpu" or "wall", else None).
+
+    ``walls``: the backstop and its cap, on the monotonic clock. Time the
+    child's threads spent waiting for a CPU moves the backstop back (up to the cap).
+    """
+    backstop, cap = walls
+    deadline = backstop
     chunks: list[bytes] = []
-    status: int | None = None
-    usage: resource.struct_rusage | None = None
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    clock = _cpu_clock(pid)
+    cpus = max(len(os.sched_getaffinity(0)), 1)
+    limit: str | None = None
     try:
+        exited = False
+        while not exited:
+            cpu_left = cpu_s - _cpu_time(clock)
+            now = time.monotonic()
+            if now >= deadline and deadline < cap:
+                deadline = max(deadline, min(backstop + _waited_s(pid), cap))
+            wall_left = deadline - now
+            if cpu_left <= 0 or wall_left <= 0:
+                limit = "cpu" if cpu_left <= 0 else "wall"
+                break
+            floor = _STARVED_CHECK_S if now >= backstop else _CHECK_FLOOR_S
+            timeout = min(wall_left, max(cpu_left / cpus, floor))
+            for fd, _ in poller.poll(math.ceil(timeout * 1000)):
+                if fd == pidfd:
+                    exited = True
+                elif not _read_into(read_fd, chunks):
+                    poller.unregister(read_fd)
+        if exited:
+            # What it wrote before exiting is in the pipe; a descendant that
+            # still holds the pipe open does not keep the test running.
+            os.set_blocking(read_fd, False)
+            with contextlib.suppress(BlockingIOError):
+                for _ in range(_DRAIN_CHUNKS):
+                    if not _read_into(read_fd, chunks):
+                        break
+    finally:
+        os.close(pidfd)
+    return b"".join(chunks), limit
+
+
+def _waited_s(pid: int) -> float:
+    """Seconds the threads of ``pid`` have spent runnable, waiting for a CPU (schedstat)."""
+    total_ns = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
         try:
-            signal.setitimer(signal.ITIMER_REAL, time_s)
-            while chunk := os.read(read_fd, 65536):
-                chunks.append(chunk)
-            _, status, usage = os.wait4(pid, 0)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _Deadline:
-        pass
-    timed_out = status is None
-    if timed_out:
-        _kill(pid)
-        try:
-            _, status, usage = os.wait4(pid, 0)
-        except ChildProcessError:
-            # The alarm landed between the reap and the assignment.
-            status = None
-    return b"".join(chunks), status, usage, timed_out
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                total_ns += int(handle.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total_ns / 1e9
+
+
+def _read_into(fd: int, chunks: list[bytes]) -> bool:
+    """Read one chunk; False at end of file."""
+    chunk = os.read(fd, 65536)
+    if chunk:
+        chunks.append(chunk)
+    return bool(chunk)
+
+
+def _cpu_clock(pid: int) -> int:
+    """The clock id of a process's CPU time (CPUCLOCK_SCHED, all its threads)."""
+    return (~pid << 3) | 2
+
+
+def _cpu_time(clock: int) -> float:
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return 0.0
+
+
+def _reap(pid: int) -> tuple[int | None, resource.struct_rusage | None]:
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except ChildProcessError:
+        return None, None
+    return status, usage
 
 
 def _kill(pid: int) -> None:
@@ -182,9 +278,18 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _record(data: bytes, status: int | None, timed_out: bool) -> Record:
-    if timed_out:
-        return {"verdict": "time_limit", "message": "time limit exceeded"}
+def _record(
+    data: bytes, status: int | None, limit: str | None, cpu_ms: float, wall_ms: float
+) -> Record:
+    if limit == "cpu":
+        message = f"cpu limit: {cpu_ms:.0f} ms of CPU time used (in {wall_ms:.0f} ms)"
+        return {"verdict": "time_limit", "message": message}
+    if limit == "wall":
+        message = (
+            f"wall backstop: still running after {wall_ms:.0f} ms with {cpu_ms:.0f} ms"
+            " of CPU time (sleeping or blocked)"
+        )
+        return {"verdict": "time_limit", "message": message}
     try:
         record: Record = json.loads(data)
     except ValueError:
@@ -212,13 +317,15 @@ def _read_marker() -> bytes | None:
     return data.strip()
 
 
-def _make_undumpable() -> None:
-    # PR_SET_DUMPABLE(0): /proc/<this pid>/fd becomes unreadable to the
-    # children, which run the program under the same uid.
+def _set_dumpable(value: int) -> None:
+    # PR_SET_DUMPABLE(0) in the parent: /proc/<parent>/fd becomes unreadable to
+    # the children, which run the program under the same uid. A child inherits
+    # it and sets it back (1): its own /proc (schedstat) stays readable to the
+    # parent, and to nobody else of that uid but its own descendants.
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+        ctypes.CDLL(None).prctl(4, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -229,7 +336,7 @@ def _make_undumpable() -> None:
 def _child(job: Callable[[], Record], write_fd: int, memory_mb: int) -> None:
     try:
         os.setpgid(0, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        _set_dumpable(1)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)

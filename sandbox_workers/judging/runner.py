@@ -11,6 +11,10 @@ Three shapes:
   exits cleanly.
 
 Outcomes of the program are verdicts; only :class:`SandboxFault` escapes.
+
+Every limit is CPU time with a wall-clock backstop (:class:`WallBackstop`): the
+per-test limit, the harness's own limits per test, and the completion's total
+budget, so a verdict does not depend on how busy the host is.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +52,13 @@ from sandbox_workers.judging.harness import (
 from sandbox_workers.judging.program import CompileFailure, Program
 from sandbox_workers.judging.scoring import Budget
 from sandbox_workers.languages import utf8
-from sandbox_workers.sandbox import ExecResult, Sandbox
+from sandbox_workers.sandbox import (
+    DEFAULT_BACKSTOP,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+    WallBackstop,
+)
 from schemas import Limits, TestOutcome, Verdict
 
 __all__ = [
@@ -128,7 +138,10 @@ def output_judge(program: Program, compare: Compare, tolerance: float) -> Output
 
 
 def checker_judge(
-    sandbox: Sandbox, checker: Program | CompileFailure, limits: Limits
+    sandbox: Sandbox,
+    checker: Program | CompileFailure,
+    limits: Limits,
+    backstop: WallBackstop = DEFAULT_BACKSTOP,
 ) -> OutputJudge:
     """Let a checker program judge stdout (testlib protocol, see :mod:`.checker`)."""
 
@@ -146,6 +159,8 @@ def checker_judge(
         request = checker.request(
             checker_limits,
             time_s=_CHECKER_TIME_S,
+            wall_s=backstop.wall_s(_CHECKER_TIME_S),
+            wall_cap_s=backstop.cap_s(_CHECKER_TIME_S),
             files={
                 INPUT_FILE: utf8(test_input),
                 OUTPUT_FILE: stdout,
@@ -163,11 +178,33 @@ def checker_judge(
 class SuiteRunner:
     """Runs one completion's tests; holds its limits and time budget."""
 
-    def __init__(self, sandbox: Sandbox, limits: Limits, *, stop_on_first_failure: bool) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        stop_on_first_failure: bool,
+        backstop: WallBackstop = DEFAULT_BACKSTOP,
+    ) -> None:
         self._sandbox = sandbox
         self._limits = limits
+        self._backstop = backstop
         self._budget = Budget(limits.total_time_s)
         self._stop = stop_on_first_failure
+
+    def _test_request(
+        self, program: Program, stdin: bytes = b"", files: Mapping[str, bytes] | None = None
+    ) -> ExecRequest:
+        """The next single-execution test: its CPU limit, backstop and cap."""
+        time_s = min(self._limits.time_s, self._budget.left_s)
+        return program.request(
+            self._limits,
+            time_s=time_s,
+            wall_s=self._backstop.wall_s(time_s),
+            wall_cap_s=self._backstop.cap_s(time_s),
+            stdin=stdin,
+            files=files,
+        )
 
     async def stdin_tests(
         self, program: Program, cases: Sequence[tuple[str, str]], judge: OutputJudge
@@ -197,16 +234,11 @@ class SuiteRunner:
     ) -> TestOutcome:
         test_input, expected = case
         stdin, files = program.language.test_io(program.source, test_input)
-        request = program.request(
-            self._limits,
-            time_s=min(self._limits.time_s, self._budget.left_s),
-            stdin=stdin,
-            files=files,
-        )
+        request = self._test_request(program, stdin, files)
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
             result = await self._sandbox.execute(request)
-            self._budget.spend(result.wall_ms)
+            self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
             failed = failure_verdict(result)
             if failed is not None:
                 judged = Judged(failed, 0.0, describe_exit(result))
@@ -227,12 +259,23 @@ class SuiteRunner:
         count = len(plan.tests)
         markers = new_markers(count)
         budget_s = self._budget.left_s
-        time_s = min(count * plan.time_s, budget_s) + _HARNESS_STARTUP_S
+        # The per-test limits are the harness's; this only backs them up. A test
+        # may run twice (the JavaScript harness re-runs one it timed out by the
+        # clock only, see jsharness) and overdraw the budget by one test.
+        time_s = min(2 * count * plan.time_s, budget_s + plan.time_s) + _HARNESS_STARTUP_S
+        wall_s = _harness_wall_s(self._backstop, count, plan.time_s, budget_s)
         request = program.request(
             self._limits,
             time_s=time_s,
+            wall_s=wall_s,
+            wall_cap_s=self._backstop.stretch * wall_s,
             stdin=markers_stdin(markers),
-            files=plan.files(program.source, budget_s=budget_s, stop_on_failure=self._stop),
+            files=plan.files(
+                program.source,
+                budget_s=budget_s,
+                stop_on_failure=self._stop,
+                backstop=self._backstop,
+            ),
             entry=plan.entry,
             memory_slack_mb=_HARNESS_MEMORY_MB,
             output_slack_bytes=count * _RECORD_BYTES,
@@ -242,7 +285,7 @@ class SuiteRunner:
             started_ns = time.time_ns()
             result = await self._sandbox.execute(request)
             ended_ns = time.time_ns()
-        self._budget.spend(result.wall_ms)
+        self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
         records = parse_records(result.stdout, markers)
         run = SuiteRun()
         missing: Judged | None = None
@@ -284,17 +327,31 @@ class SuiteRunner:
         return run
 
     async def _program_test(self, program: Program, index: int, run: SuiteRun) -> TestOutcome:
-        request = program.request(
-            self._limits, time_s=min(self._limits.time_s, self._budget.left_s)
-        )
+        request = self._test_request(program)
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
             result = await self._sandbox.execute(request)
             judged = _program_verdict(result)
             _mark_test(span, judged.verdict, judged.message)
-        self._budget.spend(result.wall_ms)
+        self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
         run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
         return _outcome(index, judged, result)
+
+
+def _harness_wall_s(backstop: WallBackstop, count: int, test_s: float, budget_s: float) -> float:
+    """The wall backstop of one harness execution running ``count`` tests.
+
+    The harness ends each test at its own backstop and stops once the budget
+    is spent (charged as :class:`Budget` is: wall time not spent waiting for
+    a CPU at most), so the tests take at most the smaller of ``count``
+    backstops and the budget plus the one test that overdraws it; ``factor``
+    times the budget leaves room for the waits of finished tests, which the
+    jail no longer sees. Start-up gets a backstop of its own. A test may first
+    run to its CPU limit by the clock (see jsharness).
+    """
+    per_test = test_s + backstop.wall_s(test_s)
+    tests = min(count * per_test, backstop.factor * budget_s + per_test)
+    return backstop.wall_s(_HARNESS_STARTUP_S) + tests
 
 
 def _program_verdict(result: ExecResult) -> Judged:

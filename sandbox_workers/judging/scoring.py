@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from schemas import TestOutcome, Verdict
 
-__all__ = ["Budget", "Score", "score_tests"]
+__all__ = ["Budget", "Score", "charge_s", "score_tests"]
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,22 @@ def score_tests(outcomes: list[TestOutcome], total: int, *, all_or_nothing: bool
     return Score(score=earned / total, verdict=verdict, passed=passed)
 
 
+def charge_s(cpu_ms: float, wall_ms: float, waited_ms: float = 0.0) -> float:
+    """Seconds an execution takes off a time budget (the harnesses charge the same).
+
+    Its CPU time, or its wall time less the time it spent waiting for a CPU
+    when that is more: a busy host (which stretches wall time with waiting) does
+    not use a budget up, a program that sleeps or blocks still does.
+    """
+    return max(cpu_ms, wall_ms - waited_ms) / 1000
+
+
 class Budget:
     """The completion's total run time (``Limits.total_time_s``).
 
     Only the program's own executions spend it: compiling and checking do not,
-    so a slow checker cannot push a correct program over its limit.
+    so a slow checker cannot push a correct program over its limit. Each
+    execution is charged :func:`charge_s`.
     """
 
     def __init__(self, total_s: float) -> None:
@@ -56,6 +67,6 @@ class Budget:
         """Whether no meaningful time is left for another test."""
         return self._left_s <= 0.001
 
-    def spend(self, wall_ms: float) -> None:
-        """Charge an execution's wall time."""
-        self._left_s -= wall_ms / 1000
+    def spend(self, cpu_ms: float, wall_ms: float, waited_ms: float = 0.0) -> None:
+        """Charge an execution: ``cpu_ms`` of CPU time in ``wall_ms``, ``waited_ms`` for a CPU."""
+        self._left_s -= charge_s(cpu_ms, wall_ms, waited_ms)

@@ -9,15 +9,20 @@
  *               SIGKILLs the jail's init, which takes the whole pid namespace down.
  *   init        pid 1 of new pid/mount/net/ipc/uts namespaces: builds the root,
  *               hands the caller an fd of /work (SCM_RIGHTS on the status socket),
- *               optionally waits for "go", forks the program, enforces the wall
- *               time limit, kills every leftover process and reports the result.
+ *               optionally waits for "go", forks the program, enforces the CPU
+ *               time limit (the whole jail's, read from the slot's cgroup counter
+ *               with --cpu-counter) and the wall-clock backstop (moved back by
+ *               the time the jail's tasks waited for a CPU, up to --wall-cap-ms),
+ *               kills every leftover process and reports the result.
  *   program     (joins the cgroups,) resets its OOM score, applies rlimits, drops
  *               to the unprivileged uid, installs the seccomp filter, execs PROGRAM.
  *
  * Status socket (SOCK_SEQPACKET, --status-fd, default 3), one message each:
  *   init -> caller   "ready" (+ fd of /work)
  *   caller -> init   "go" (only with --wait-go)
- *   init -> caller   "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T"
+ *   init -> caller   "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T
+ *                     limit=none|cpu|wall cpu_us=C cpu_source=cgroup|procfs|process
+ *                     waited_us=D"  (D: time spent waiting for a CPU, see rbjail_supervise)
  *   any  -> caller   "error STAGE: REASON"  (an infrastructure fault, never the program's)
  * A warm pool's zygote runs as the program of such a jail with --keep-root
  * --no-seccomp (it builds namespaces and mounts for its children, which confine
@@ -66,7 +71,11 @@ struct opts {
     int reset_oom;
     uid_t uid;
     gid_t gid;
-    long long time_ms;
+    long long cpu_ms;  /* CPU time limit of the whole jail */
+    long long wall_ms; /* wall-clock backstop (0: rbjail_default_wall_ms) */
+    long long wall_cap_ms; /* the backstop moved by time spent waiting for a CPU, at most (0: 10 x) */
+    const char *cpu_counter; /* the slot's cgroup CPU counter file, if any */
+    int cpu_fd;
     pid_t parent_pid;
     const char *root_dir;
     const char *workdir; /* without mounts: host directory to run in */
@@ -150,7 +159,7 @@ static int parse_flag(struct opts *o, const char *a) {
 
 static void parse_args(int argc, char **argv, struct opts *o) {
     *o = (struct opts){.status_fd = 3, .ns = 1, .mounts = 1, .seccomp = 1, .loopback = 1,
-                       .drop_uid = 1, .uid = 65534, .gid = 65534, .time_ms = 5000,
+                       .drop_uid = 1, .uid = 65534, .gid = 65534, .cpu_ms = 5000, .cpu_fd = -1,
                        .root_dir = NULL, .hostname = "sandbox", .work_mb = 256, .tmp_mb = 64,
                        .inodes = 16384};
     int i;
@@ -164,7 +173,10 @@ static void parse_args(int argc, char **argv, struct opts *o) {
         else if (strcmp(a, "--hostname") == 0) o->hostname = need(argc, argv, &i);
         else if (strcmp(a, "--uid") == 0) o->uid = (uid_t)parse_num(need(argc, argv, &i), a);
         else if (strcmp(a, "--gid") == 0) o->gid = (gid_t)parse_num(need(argc, argv, &i), a);
-        else if (strcmp(a, "--time-ms") == 0) o->time_ms = (long long)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--cpu-ms") == 0) o->cpu_ms = (long long)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--wall-ms") == 0) o->wall_ms = (long long)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--wall-cap-ms") == 0) o->wall_cap_ms = (long long)parse_num(need(argc, argv, &i), a);
+        else if (strcmp(a, "--cpu-counter") == 0) o->cpu_counter = need(argc, argv, &i);
         else if (strcmp(a, "--parent-pid") == 0) o->parent_pid = (pid_t)parse_num(need(argc, argv, &i), a);
         else if (strcmp(a, "--work-mb") == 0) o->work_mb = parse_num(need(argc, argv, &i), a);
         else if (strcmp(a, "--tmp-mb") == 0) o->tmp_mb = parse_num(need(argc, argv, &i), a);
@@ -293,7 +305,14 @@ static int run_init(const struct opts *o) {
     if (prog == 0) run_program(o);
     if (!o->ns) setpgid(prog, prog); /* as the child does: whoever runs first wins the race */
     struct rbjail_outcome out = {0};
-    rbjail_supervise(prog, start, o->time_ms, &out);
+    long long wall_ms = o->wall_ms > 0 ? o->wall_ms : rbjail_default_wall_ms(o->cpu_ms);
+    struct rbjail_time_limits limits = {
+        .cpu_ms = o->cpu_ms,
+        .wall_ms = wall_ms,
+        .wall_cap_ms = o->wall_cap_ms > 0 ? o->wall_cap_ms : 10 * wall_ms,
+        .cpu_fd = o->cpu_fd,
+    };
+    rbjail_supervise(prog, start, &limits, &out);
     rbjail_report(o->status_fd, &out);
     return 0;
 }
@@ -322,6 +341,11 @@ static void close_inherited_fds(int keep) {
 }
 
 static int open_cgroups(struct opts *o) {
+    if (o->cpu_counter != NULL) {
+        /* Opened here, in the host's mount namespace; init inherits it, the
+         * program's execve closes it. Unreadable: init falls back (procfs). */
+        o->cpu_fd = open(o->cpu_counter, O_RDONLY | O_CLOEXEC);
+    }
     for (size_t i = 0; i < o->n_cgroups; i++) {
         o->cgroup_fds[i] = open(o->cgroup_v[i], O_WRONLY | O_CLOEXEC);
         if (o->cgroup_fds[i] < 0) {

@@ -659,18 +659,251 @@ static void kill_leftovers(pid_t prog) {
     else kill(-prog, SIGKILL);
 }
 
-/* Wait for the program with a deadline, without polling: SIGCHLD is blocked
- * and collected with sigtimedwait. Orphans reparented to init are reaped too. */
-void rbjail_supervise(pid_t prog, long long start_us, long long time_ms,
+long long rbjail_default_wall_ms(long long cpu_ms) {
+    /* As WallBackstop in sandbox.py: max(2 x limit, limit + 1 s). */
+    long long doubled = 2 * cpu_ms, padded = cpu_ms + 1000;
+    return doubled > padded ? doubled : padded;
+}
+
+/* ------------------------------------------------------------------ CPU time of a jail
+ *
+ * What the time limit is charged against, from the best source there is:
+ *   cgroup   the slot's CPU counter: every process and thread of the jail,
+ *            running or exited (cpuacct.usage on v1, usage_usec of cpu.stat on v2);
+ *   procfs   no cgroup, but init is pid 1 of the jail's pid namespace with a /proc
+ *            of its own: every live process (with the children it reaped) plus
+ *            what init reaped;
+ *   process  neither: the program's own process (all its threads) plus what init
+ *            reaped; children the program waits for itself count once it exits
+ *            (RLIMIT_CPU still bounds each process).
+ * Nothing here allocates or keeps static state: a warm pool's pid 1 runs in its
+ * zygote's memory, which later executions inherit. */
+struct cpu_meter {
+    int fd;
+    int procfs;
+    pid_t prog;
+    const char *source;
+    long long base_us;
+    long long last_us;
+};
+
+static long long timeval_us(struct timeval tv) {
+    return (long long)tv.tv_sec * 1000000LL + tv.tv_usec;
+}
+
+static long long reaped_cpu_us(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) < 0) return 0;
+    return timeval_us(ru.ru_utime) + timeval_us(ru.ru_stime);
+}
+
+static long long cgroup_cpu_us(int fd) {
+    char buf[512];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    if (buf[0] >= '0' && buf[0] <= '9') return strtoll(buf, NULL, 10) / 1000; /* v1: ns */
+    const char *usage = strstr(buf, "usage_usec ");
+    return usage != NULL ? strtoll(usage + 11, NULL, 10) : -1;
+}
+
+/* utime + stime + cutime + cstime (fields 14-17) of /proc/<name>/stat, in clock ticks. */
+static long long proc_ticks(int procfd, const char *name) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "%s/stat", name);
+    int fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0; /* gone: reaped, so counted by whoever reaped it */
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *tok = strrchr(buf, ')'); /* the command name may contain anything */
+    if (tok == NULL) return 0;
+    long long ticks = 0;
+    for (int field = 3; field <= 17; field++) {
+        tok = strchr(tok, ' ');
+        if (tok == NULL) break;
+        tok++;
+        if (field >= 14) ticks += strtoll(tok, NULL, 10);
+    }
+    return ticks;
+}
+
+struct rb_dirent64 {
+    unsigned long long d_ino;
+    long long d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+/* Call fn for every numeric entry (a pid, a tid) of the directory dirfd/path. */
+static void for_each_number(int dirfd, const char *path,
+                            void (*fn)(int dirfd, const char *name, void *ctx), void *ctx) {
+    int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[4096] __attribute__((aligned(8)));
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long at = 0; at < n;) {
+            const struct rb_dirent64 *d = (const void *)(buf + at);
+            at += d->d_reclen;
+            if (d->d_name[0] >= '1' && d->d_name[0] <= '9') fn(fd, d->d_name, ctx);
+        }
+    }
+    close(fd);
+}
+
+static void add_proc_ticks(int procfd, const char *name, void *ctx) {
+    /* Processes but init itself, whose reaped children come from getrusage. */
+    if (strcmp(name, "1") != 0) *(long long *)ctx += proc_ticks(procfd, name);
+}
+
+static long long procfs_cpu_us(void) {
+    if (access("/proc/self/stat", R_OK) < 0) return -1;
+    long long ticks = 0;
+    for_each_number(AT_FDCWD, "/proc", add_proc_ticks, &ticks);
+    long hz = sysconf(_SC_CLK_TCK);
+    return ticks * 1000000LL / (hz > 0 ? hz : 100) + reaped_cpu_us();
+}
+
+/* ------------------------------------------------------------------ time waiting for a CPU
+ *
+ * The wall-clock backstop is for programs that sleep or block. A program that
+ * is runnable but waits for a CPU (a busy host, or its own cgroup's CPU quota)
+ * is neither: the time its tasks spend waiting on a run queue (run_delay, the
+ * second field of /proc/<pid>/task/<tid>/schedstat) moves the backstop back,
+ * up to a cap. Tasks that have exited take their delay with them: the count
+ * only errs towards the plain wall clock. */
+
+static void add_task_delay(int taskfd, const char *tid, void *ctx) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "%s/schedstat", tid);
+    int fd = openat(taskfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = '\0';
+    const char *delay = strchr(buf, ' ');
+    if (delay != NULL) *(long long *)ctx += strtoll(delay + 1, NULL, 10);
+}
+
+static void add_process_delay(int procfd, const char *pid, void *ctx) {
+    if (strcmp(pid, "1") == 0) return; /* init: ours, not the program's */
+    char path[64];
+    snprintf(path, sizeof path, "%s/task", pid);
+    for_each_number(procfd, path, add_task_delay, ctx);
+}
+
+/* Microseconds the jail's live tasks have waited for a CPU: every process of
+ * our pid namespace with its own /proc, else the program's own threads. */
+static long long waited_us(int own_proc, pid_t prog) {
+    long long ns = 0;
+    if (own_proc) {
+        for_each_number(AT_FDCWD, "/proc", add_process_delay, &ns);
+    } else {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task", (int)prog);
+        for_each_number(AT_FDCWD, path, add_task_delay, &ns);
+    }
+    return ns / 1000;
+}
+
+static long long process_cpu_us(pid_t prog) {
+    clockid_t clock;
+    struct timespec ts;
+    long long own = 0;
+    /* Once reaped, the process's time is in the children's usage instead. */
+    if (clock_getcpuclockid(prog, &clock) == 0 && clock_gettime(clock, &ts) == 0)
+        own = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    return own + reaped_cpu_us();
+}
+
+/* Our pid namespace's /proc (not the host's, as without the mounts layer). */
+static int own_procfs(void) {
+    char self[16];
+    ssize_t n = readlink("/proc/self", self, sizeof self - 1);
+    return n == 1 && self[0] == '1';
+}
+
+static long long meter_raw(const struct cpu_meter *m) {
+    if (m->fd >= 0) return cgroup_cpu_us(m->fd);
+    return m->procfs ? procfs_cpu_us() : process_cpu_us(m->prog);
+}
+
+static void meter_start(struct cpu_meter *m, int cgroup_fd, pid_t prog) {
+    *m = (struct cpu_meter){.fd = cgroup_fd, .prog = prog, .source = "cgroup"};
+    if (cgroup_fd < 0 || (m->base_us = cgroup_cpu_us(cgroup_fd)) < 0) {
+        m->fd = -1;
+        m->procfs = getpid() == 1 && own_procfs();
+        m->source = m->procfs ? "procfs" : "process";
+        m->base_us = meter_raw(m);
+        if (m->base_us < 0) { /* no /proc after all */
+            m->procfs = 0;
+            m->source = "process";
+            m->base_us = meter_raw(m);
+        }
+    }
+}
+
+/* CPU microseconds since meter_start (the last good reading if a read fails). */
+static long long meter_used_us(struct cpu_meter *m) {
+    long long raw = meter_raw(m);
+    if (raw >= 0 && raw - m->base_us > m->last_us) m->last_us = raw - m->base_us;
+    return m->last_us;
+}
+
+static int usable_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return 1;
+}
+
+/* The shortest wait between two looks at the counter: what a run can overshoot its
+ * limit by (per CPU it uses), on top of the counter's own tick granularity. */
+#define RBJAIL_CPU_CHECK_FLOOR_US 2000LL
+/* The shortest wait between two looks at the run-queue delays once the backstop
+ * has been moved: each look reads every task's schedstat. */
+#define RBJAIL_STARVED_CHECK_US 20000LL
+/* A run whose wall time exceeds its CPU time by less than this did not wait for
+ * a CPU for long enough to be worth reading every task's schedstat for. */
+#define RBJAIL_WAITED_WORTH_US 10000LL
+
+/* Wait for the program within its limits, without polling on a fixed tick:
+ * SIGCHLD is blocked and collected with sigtimedwait, and the wait between
+ * two looks at the CPU counter is the time the jail needs, at the very least,
+ * to use up what is left (all usable CPUs busy): a short run is never woken,
+ * one that runs to its limit is looked at a few dozen times. Orphans
+ * reparented to init are reaped too. */
+void rbjail_supervise(pid_t prog, long long start_us, const struct rbjail_time_limits *limits,
                       struct rbjail_outcome *out) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    long long deadline = start_us + time_ms * 1000LL;
+    struct cpu_meter meter;
+    meter_start(&meter, limits->cpu_fd, prog);
+    int own_proc = getpid() == 1 && own_procfs();
+    long long cpu_limit_us = limits->cpu_ms * 1000LL;
+    long long backstop = start_us + limits->wall_ms * 1000LL;
+    long long wall_cap = start_us + (limits->wall_cap_ms > limits->wall_ms ? limits->wall_cap_ms
+                                                                          : limits->wall_ms) *
+                                        1000LL;
+    long long wall_deadline = backstop;
+    long long cpus = usable_cpus();
     int done = 0;
     while (!done) {
         int st;
         pid_t p;
+        siginfo_t exited = {0};
+        if (waitid(P_PID, (id_t)prog, &exited, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            exited.si_pid == prog) {
+            /* Not reaped yet: its schedstat is still there (its other threads' are
+             * gone). Only worth reading when it was off the CPU for a while. */
+            long long wall = rbjail_now_us() - start_us;
+            if (wall - meter_used_us(&meter) > RBJAIL_WAITED_WORTH_US)
+                out->waited_us = waited_us(own_proc, prog);
+        }
         while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
             if (p == prog) {
                 out->status = st;
@@ -679,33 +912,56 @@ void rbjail_supervise(pid_t prog, long long start_us, long long time_ms,
             }
         }
         if (done || (p < 0 && errno == ECHILD)) break;
-        long long left = deadline - rbjail_now_us();
-        if (left <= 0) {
-            if (!out->timed_out) kill_leftovers(prog);
-            out->timed_out = 1;
-            left = 100000; /* the program is dying: just wait for its SIGCHLD */
+        long long wait_us = 100000; /* once killed: just wait for its SIGCHLD */
+        if (!out->timed_out) {
+            long long now = rbjail_now_us();
+            if (now >= wall_deadline && wall_deadline < wall_cap) {
+                /* Time spent waiting for a CPU does not count against the backstop. */
+                long long moved = backstop + waited_us(own_proc, prog);
+                if (moved > wall_cap) moved = wall_cap;
+                if (moved > wall_deadline) wall_deadline = moved;
+            }
+            long long wall_left = wall_deadline - now;
+            long long cpu_left = cpu_limit_us - meter_used_us(&meter);
+            if (cpu_left <= 0 || wall_left <= 0) {
+                kill_leftovers(prog);
+                out->timed_out = cpu_left <= 0 ? RBJAIL_CPU_LIMIT : RBJAIL_WALL_BACKSTOP;
+            } else {
+                wait_us = cpu_left / cpus;
+                if (wait_us < RBJAIL_CPU_CHECK_FLOOR_US) wait_us = RBJAIL_CPU_CHECK_FLOOR_US;
+                if (wait_us > wall_left) wait_us = wall_left;
+                /* Past the backstop, a starved program is looked at again at most this often. */
+                if (now >= backstop && wait_us < RBJAIL_STARVED_CHECK_US) wait_us = RBJAIL_STARVED_CHECK_US;
+            }
         }
-        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+        struct timespec ts = {.tv_sec = wait_us / 1000000, .tv_nsec = (wait_us % 1000000) * 1000};
         sigtimedwait(&chld, NULL, &ts);
     }
     kill_leftovers(prog);
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
     }
+    out->cpu_us = meter_used_us(&meter); /* everything has exited: the final count */
+    out->cpu_source = meter.source;
+}
+
+static const char *timeout_name(int timed_out) {
+    if (timed_out == RBJAIL_CPU_LIMIT) return "cpu";
+    if (timed_out == RBJAIL_WALL_BACKSTOP) return "wall";
+    return "none";
 }
 
 void rbjail_report(int fd, const struct rbjail_outcome *out) {
     struct rusage ru;
     getrusage(RUSAGE_CHILDREN, &ru);
     int st = out->status;
-    char msg[256];
+    char msg[384];
     snprintf(msg, sizeof msg,
              "result exit=%d signal=%d wall_us=%lld utime_us=%lld stime_us=%lld maxrss_kb=%ld "
-             "timed_out=%d",
+             "timed_out=%d limit=%s cpu_us=%lld cpu_source=%s waited_us=%lld",
              WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
-             out->wall_us,
-             (long long)ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
-             (long long)ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec, ru.ru_maxrss,
-             out->timed_out);
+             out->wall_us, timeval_us(ru.ru_utime), timeval_us(ru.ru_stime), ru.ru_maxrss,
+             out->timed_out != RBJAIL_IN_TIME, timeout_name(out->timed_out), out->cpu_us,
+             out->cpu_source != NULL ? out->cpu_source : "process", out->waited_us);
     rbjail_send_msg(fd, msg, -1);
 }
 
@@ -835,7 +1091,10 @@ size_t rbjail_struct_size(const char *name) {
 
 /* ------------------------------------------------------------------ warm pools: the zygote */
 
-#define SPAWN_FDS 5 /* stdin, stdout, stderr, status socket, request memfd */
+/* stdin, stdout, stderr, status socket, request memfd and, when the slot has
+ * one, its cgroup CPU counter (-1 otherwise). */
+#define SPAWN_FDS 6
+#define SPAWN_FDS_REQUIRED 5
 #define MAX_CMDLINE (1 << 20)
 
 /* The interpreter's own signal dispositions when it started serving (CPython
@@ -877,7 +1136,10 @@ static int recv_spawn(int fd, int fds[SPAWN_FDS]) {
     int n_fds;
     ssize_t n = rbjail_recv_with_fds(fd, buf, sizeof buf, fds, SPAWN_FDS, &n_fds);
     if (n <= 0 && n_fds == 0) return -1;
-    if (n == 5 && memcmp(buf, "spawn", 5) == 0 && n_fds == SPAWN_FDS) return 1;
+    if (n == 5 && memcmp(buf, "spawn", 5) == 0 && n_fds >= SPAWN_FDS_REQUIRED) {
+        if (n_fds == SPAWN_FDS_REQUIRED) fds[SPAWN_FDS - 1] = -1;
+        return 1;
+    }
     for (int i = 0; i < n_fds; i++) close(fds[i]);
     return 0;
 }
@@ -1033,7 +1295,10 @@ static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS
     if (write(go[1], "g", 1) != 1) _exit(RBJAIL_FAULT);
     close(go[1]);
     struct rbjail_outcome out = {0};
-    rbjail_supervise(prog, start, req.time_ms, &out);
+    struct rbjail_time_limits limits = {
+        .cpu_ms = req.cpu_ms, .wall_ms = req.wall_ms, .wall_cap_ms = req.wall_cap_ms,
+        .cpu_fd = fds[SPAWN_FDS - 1]};
+    rbjail_supervise(prog, start, &limits, &out);
     rbjail_report(status, &out);
     _exit(0);
 }
@@ -1115,7 +1380,7 @@ int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
         int got = recv_spawn(z->control_fd, fds);
         if (got < 0) return -1; /* the worker closed this pool member */
         if (got == 0) {
-            rbjail_send_msg(z->control_fd, "error spawn request without its 5 fds", -1);
+            rbjail_send_msg(z->control_fd, "error spawn request without its 5 (or 6) fds", -1);
             continue;
         }
         /* The previous execution is over (one at a time): if it used the

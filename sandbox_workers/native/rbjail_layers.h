@@ -87,10 +87,30 @@ int rbjail_rlimit_resource(const char *name);
 
 #define RBJAIL_FAULT 125 /* exit status of a jail fault, never the program's */
 
+/* The time limits of one execution. The limit is CPU time (user + system of
+ * every process and thread of the jail, exited ones included), so that a busy
+ * host, which stretches the wall time of a program but not its CPU time, never
+ * changes a verdict; the wall-clock backstop ends programs that sleep or block. */
+struct rbjail_time_limits {
+    long long cpu_ms;
+    long long wall_ms;     /* the backstop, moved back by the time tasks waited for a CPU */
+    long long wall_cap_ms; /* ... up to this much wall time in all */
+    int cpu_fd; /* the slot's cgroup CPU counter (cpuacct.usage or cpu.stat), or -1 */
+};
+
+enum rbjail_timeout {
+    RBJAIL_IN_TIME = 0,
+    RBJAIL_CPU_LIMIT = 1,     /* the CPU time limit */
+    RBJAIL_WALL_BACKSTOP = 2, /* the wall-clock backstop */
+};
+
 struct rbjail_outcome {
-    int status; /* the program's wait status */
-    int timed_out;
+    int status;    /* the program's wait status */
+    int timed_out; /* enum rbjail_timeout */
     long long wall_us;
+    long long cpu_us;       /* the CPU time the limit was enforced on */
+    const char *cpu_source; /* how it was measured: "cgroup", "procfs" or "process" */
+    long long waited_us;    /* time the program's live tasks waited for a CPU, as it exited */
 };
 
 void rbjail_send_msg(int fd, const char *msg, int pass_fd);
@@ -103,11 +123,15 @@ void rbjail_send_error(int fd, const char *stage);
 /* 0 once "go" arrived; -1 if the caller went away or sent anything else. */
 int rbjail_wait_for_go(int fd);
 long long rbjail_now_us(void);
-/* As pid 1 (SIGCHLD blocked): wait for prog with a deadline, kill and reap everything. */
-void rbjail_supervise(pid_t prog, long long start_us, long long time_ms,
+/* As init (SIGCHLD blocked): wait for prog within its limits, kill and reap everything. */
+void rbjail_supervise(pid_t prog, long long start_us, const struct rbjail_time_limits *limits,
                       struct rbjail_outcome *out);
-/* "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T" */
+/* "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T
+ *  limit=L cpu_us=C cpu_source=S waited_us=D" (T: 0 or 1; L: none, cpu or wall) */
 void rbjail_report(int fd, const struct rbjail_outcome *out);
+/* The default wall-clock backstop for a CPU limit: max(3 x cpu, cpu + 2 s)
+ * (its default cap: 4 x that). */
+long long rbjail_default_wall_ms(long long cpu_ms);
 
 /* ------------------------------------------------------------------ warm pools
  *
@@ -132,7 +156,8 @@ int rbjail_set_cmdline(const char *args, size_t len);
 /* Close every fd from lowfd up (close_range(2), a loop where it is missing). */
 int rbjail_close_from(int lowfd);
 /* A zygote's serving loop (the interpreter calls it once it is warm). Per
- * request ("spawn" + [stdin, stdout, stderr, status socket, request memfd]) it
+ * request ("spawn" + [stdin, stdout, stderr, status socket, request memfd,
+ * optionally the slot's cgroup CPU counter]) it
  * forks the execution's pid 1 into new namespaces and answers "spawned PID" +
  * [pidfd]; that pid 1 mounts fresh scratch, speaks the status protocol, forks
  * the program and supervises it. Returns -1 in the zygote once the worker has
@@ -161,7 +186,9 @@ struct rbjail_pool_request {
     unsigned int cmdline_len;
     int drop_uid, seccomp, loopback;
     unsigned int uid, gid;
-    long long time_ms;
+    long long cpu_ms; /* struct rbjail_time_limits */
+    long long wall_ms;
+    long long wall_cap_ms;
     unsigned long work_mb, tmp_mb, inodes;
     unsigned int n_rlimits;
     struct rbjail_rlimit rlimits[RBJAIL_POOL_MAX_RLIMITS];

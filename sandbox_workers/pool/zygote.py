@@ -12,7 +12,8 @@ Running one execution: :meth:`Zygote.load` packs an :class:`ExecutionSpec`
 as JSON); :class:`Zygote` is then a :class:`~sandbox_workers.jail.process.Spawner`
 to :class:`~sandbox_workers.jail.process.Launch`: its :meth:`Zygote.spawn`
 hands the zygote the execution's stdio and status socket plus a memfd with the
-request, and answers with a pidfd of the execution's pid 1, which speaks the
+request (and the slot's cgroup CPU counter, on which pid 1 enforces the CPU
+time limit), and answers with a pidfd of the execution's pid 1, which speaks the
 launcher's status protocol ("ready" + fd of /work, "go", "result ..."), so the
 cold and the warm path share everything from there on: file placement, output
 capture, time limits, cgroup accounting, result parsing.
@@ -64,7 +65,9 @@ class _RequestHead(ctypes.Structure):
         ("loopback", ctypes.c_int),
         ("uid", ctypes.c_uint),
         ("gid", ctypes.c_uint),
-        ("time_ms", ctypes.c_longlong),
+        ("cpu_ms", ctypes.c_longlong),
+        ("wall_ms", ctypes.c_longlong),
+        ("wall_cap_ms", ctypes.c_longlong),
         ("work_mb", ctypes.c_ulong),
         ("tmp_mb", ctypes.c_ulong),
         ("inodes", ctypes.c_ulong),
@@ -75,12 +78,19 @@ class _RequestHead(ctypes.Structure):
 
 @dataclass(frozen=True)
 class ExecutionSpec:
-    """One execution for a zygote: its confinement, its command line, its ``-c`` code."""
+    """One execution for a zygote: its confinement, its command line, its ``-c`` code.
+
+    ``cpu_ms`` is the CPU time limit of the whole execution, ``wall_ms`` its
+    wall-clock backstop and ``wall_cap_ms`` the most wall time it may take
+    (see :mod:`sandbox_workers.jail`).
+    """
 
     argv: tuple[str, ...]
     code: str
     args: tuple[str, ...]
-    time_ms: int
+    cpu_ms: int
+    wall_ms: int
+    wall_cap_ms: int
     work_mb: int
     tmp_mb: int
     inodes: int
@@ -105,7 +115,9 @@ class ExecutionSpec:
             loopback=int(self.loopback),
             uid=self.uid,
             gid=self.gid,
-            time_ms=self.time_ms,
+            cpu_ms=self.cpu_ms,
+            wall_ms=self.wall_ms,
+            wall_cap_ms=self.wall_cap_ms,
             work_mb=self.work_mb,
             tmp_mb=self.tmp_mb,
             inodes=self.inodes,
@@ -241,6 +253,7 @@ class Zygote(Spawner):
         self._timeout_s = timeout_s
         self._closed = False
         self._loaded: bytes | None = None
+        self._counter: int | None = None
         # Everything in the slot while the zygote idles: after an execution the
         # slot must hold exactly these again.
         self.resident = frozenset(cgroup.pids()) if cgroup is not None else frozenset({self.pid})
@@ -355,9 +368,15 @@ class Zygote(Spawner):
             return True
         return self.cgroup.reusable and self.cgroup.first_pids() == self.resident
 
-    def load(self, spec: ExecutionSpec) -> None:
-        """The execution the next :meth:`spawn` starts."""
+    def load(self, spec: ExecutionSpec, *, cpu_counter: int | None = None) -> None:
+        """The execution the next :meth:`spawn` starts.
+
+        ``cpu_counter``: an open fd of the slot's cgroup CPU counter, on which
+        the execution's pid 1 enforces the CPU time limit (None: it falls back
+        to per-process clocks).
+        """
         self._loaded = spec.pack()
+        self._counter = cpu_counter
 
     async def spawn(self, options: Sequence[str], fds: Sequence[int]) -> int:
         """Fork the loaded execution with stdio/status ``fds``; returns its pid 1's pidfd.
@@ -370,11 +389,13 @@ class Zygote(Spawner):
         if payload is None or options:
             raise ValueError("load() an ExecutionSpec before each spawn(); no options")
         memfd = os.memfd_create("rbpool-request", os.MFD_CLOEXEC)
+        counter, self._counter = self._counter, None
         try:
             view = memoryview(payload)
             while view:
                 view = view[os.write(memfd, view) :]
-            rights = array.array("i", [*fds, memfd])
+            extra = [] if counter is None else [counter]
+            rights = array.array("i", [*fds, memfd, *extra])
             self._control.sendmsg([b"spawn"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
         except OSError as exc:
             raise ZygoteFault(f"the zygote is gone: {exc}") from exc

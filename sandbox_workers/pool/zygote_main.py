@@ -13,17 +13,19 @@ in ``librbjail.so`` (``rbjail_zygote_serve``, the launcher's own layer and init
 code), which never touches the Python heap. Per execution (worker side:
 :mod:`sandbox_workers.pool.zygote`)::
 
-    zygote   gets "spawn" + [stdin, stdout, stderr, status socket, request memfd]
-             on its control socket (fd 0). It never reads the request: no
-             execution's data ever sits in the memory later executions inherit.
+    zygote   gets "spawn" + [stdin, stdout, stderr, status socket, request memfd,
+             the slot's cgroup CPU counter if any] on its control socket
+             (fd 0). It never reads the request: no execution's data ever
+             sits in the memory later executions inherit.
              It unshares mount and ipc (and net) namespaces and a pid namespace
              for its next child, forks the execution's pid 1, re-enters its own
              namespaces and answers "spawned PID" + [pidfd of that pid 1].
     pid 1    root in the new namespaces, in C: reads the request's head, mounts
              a fresh /work, /tmp, /dev/shm and /proc, forks the program ahead
              (it waits for "go"), then runs the launcher's init: "ready" + fd of
-             /work, waits for "go", lets the program start, enforces the wall
-             time, kills every process left and reports "result ...".
+             /work, waits for "go", lets the program start, enforces the CPU
+             time limit (on the counter) and the wall-clock backstop, kills
+             every process left and reports "result ...".
     program  pid 2: waits for "go", takes the execution's stdio, shows the
              request's argv as its command line, is confined (rbjail_confine:
              rlimits, capabilities, uid, no_new_privs, seccomp) and closes every

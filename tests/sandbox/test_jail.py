@@ -374,10 +374,11 @@ async def test_timeout_kills_a_double_forked_sleeper(jail: JailSandbox) -> None:
         "    os._exit(0)\n"
         "time.sleep(600)\n"
     )
-    result = await jail.execute(py(code, marker, time_s=0.5))
-    assert result.timed_out
+    # Sleepers use no CPU: the wall-clock backstop ends them.
+    result = await jail.execute(py(code, marker, time_s=0.5, wall_s=1.0))
+    assert result.timed_out and result.timed_out_by == "wall"
     assert result.signal == 9
-    assert 500 <= result.wall_ms < 2000
+    assert 1000 <= result.wall_ms < 2500
     assert processes_with(marker) == []
 
 
@@ -568,6 +569,7 @@ def test_cgroup_v2_slot_writes_limits_and_reads_counters(tmp_path: Path) -> None
     assert (slot.path / "pids.max").read_text() == "32"
     assert (slot.path / "cpu.max").read_text() == "150000 100000"
     assert slot.procs_files == (slot.path / "cgroup.procs",)
+    assert slot.cpu_counter == slot.path / "cpu.stat"  # the jail's init enforces time on it
     # The "kernel" moves on: cpu time, a peak, one more OOM kill.
     (slot.path / "cpu.stat").write_text("usage_usec 125000\nuser_usec 1\nsystem_usec 1\n")
     (slot.path / "memory.peak").write_text(f"{(100 << 20) + 4096}\n")
@@ -655,6 +657,10 @@ def test_cgroup_v1_detection_nests_under_own_cgroup(tmp_path: Path) -> None:
     # One cgroup.procs per hierarchy: cpu and cpuacct share one.
     hierarchies = sorted(p.relative_to(tmp_path).parts[0] for p in slot.procs_files)
     assert hierarchies == ["cpu,cpuacct", "memory", "pids"]
+    # The jail's init enforces time limits on the cpuacct hierarchy's counter.
+    counter = slot.cpu_counter
+    assert counter is not None and counter.name == "cpuacct.usage"
+    assert counter.parent.relative_to(tmp_path).parts[0] == "cpu,cpuacct"
     # v1 allows nesting under the worker's own cgroup, so host limits still apply.
     assert (tmp_path / "memory" / "job" / "7" / "rewardbus").is_dir()
     assert (tmp_path / "pids" / "rewardbus").is_dir()

@@ -127,11 +127,14 @@ async def test_stop_on_first_failure_and_all_or_nothing(executor: Executor) -> N
 async def test_total_time_limit_marks_the_rest_not_run(executor: Executor) -> None:
     suite = IoSuite(inputs=["a", "b", "c", "d"], outputs=["", "", "", ""])
     limits = Limits(time_s=1.0, total_time_s=0.8)
-    code = "import time\ntime.sleep(0.3)\n"
+    # ~0.3 s of CPU per test (the total is CPU time too: load does not spend it).
+    code = "import time\nwhile time.process_time() < 0.3:\n    pass\n"
     event = await executor.run(Completion(sample_id="s", code=code, tests=suite, limits=limits))
     # Two tests fit; the third is cut to what is left; the fourth never runs.
     assert [t.verdict for t in event.tests] == [AC, AC, TLE, TLE]
-    assert sum(t.wall_ms for t in event.tests) < 1000
+    assert event.tests[2].message.startswith("cpu limit")
+    assert "total time limit" in event.tests[3].message
+    assert sum(t.cpu_ms for t in event.tests) < 1000
     assert event.score == 0.5
 
 
@@ -311,11 +314,19 @@ async def test_harness_stops_at_the_first_failure_when_asked(executor: Executor)
 
 
 async def test_harness_total_time_limit(executor: Executor) -> None:
-    code = "import time\ndef add(a, b):\n    time.sleep(0.4)\n    return a + b\n"
+    code = (
+        "import time\n"
+        "def add(a, b):\n"
+        "    end = time.process_time() + 0.4\n"
+        "    while time.process_time() < end:\n"
+        "        pass\n"
+        "    return a + b\n"
+    )
     limits = Limits(time_s=1.0, total_time_s=0.7)
     event = await executor.run(Completion(sample_id="s", code=code, tests=FN, limits=limits))
-    # The second test gets what is left (0.3 s) and is stopped; the third never runs.
+    # The second test gets what is left (0.3 s of CPU) and is stopped; the third never runs.
     assert [t.verdict for t in event.tests] == [AC, TLE, TLE]
+    assert event.tests[1].message.startswith("cpu limit")
     assert "total time limit" in event.tests[2].message
 
 

@@ -324,8 +324,10 @@ async def test_each_execution_gets_its_own_limits(warm: JailSandbox) -> None:
     assert memory.memory_exceeded or memory.exit_code == 1  # OOM kill or MemoryError
     roomy = await warm.execute(py("x = bytearray(200 << 20); print('ok')", memory_mb=400))
     assert roomy.ok and roomy.stdout == b"ok\n"
-    slow = await warm.execute(py("import time; time.sleep(5)", time_s=0.3))
-    assert slow.timed_out and slow.wall_ms < 2000
+    busy = await warm.execute(py("while True: pass", time_s=0.3))
+    assert busy.timed_out_by == "cpu" and 300 <= busy.cpu_ms < 1000
+    slow = await warm.execute(py("import time; time.sleep(5)", time_s=0.3, wall_s=0.6))
+    assert slow.timed_out_by == "wall" and 600 <= slow.wall_ms < 2000
 
 
 TCP_PLANT = (

@@ -266,11 +266,13 @@ def test_tests_that_never_ran_count_as_failed() -> None:
     assert (scored.score, scored.passed, scored.verdict) == (0.0, 0, Verdict.WRONG_ANSWER)
 
 
-def test_budget_is_spent_by_wall_time() -> None:
+def test_budget_is_spent_by_cpu_time_or_wall_time_not_spent_waiting_for_a_cpu() -> None:
     budget = Budget(1.0)
-    budget.spend(400)
+    budget.spend(400, 1500, waited_ms=1150)  # CPU-bound, slowed down by load: its CPU time
     assert budget.left_s == pytest.approx(0.6)
-    budget.spend(700)
+    budget.spend(10, 300)  # asleep: its wall time
+    assert budget.left_s == pytest.approx(0.3)
+    budget.spend(700, 700)
     assert budget.exhausted and budget.left_s == 0.0
 
 

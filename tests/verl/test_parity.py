@@ -51,6 +51,12 @@ VERL_WRONG = "Disagreements"
 REWARDBUS_WRONG = "Where rewardbus's score is wrong"
 # Rescore live the cases verl's prime_code answered within this many seconds when recorded.
 FAST_S = 2.0
+# Time limits are CPU time: on a quiet 2-core host the slow batch (busy loops burning
+# 6 x 5 s of CPU, sleepers stopped at 6 x the 10 s wall backstop) takes ~2 minutes,
+# but with other work on the cores its CPU-bound cases get a fraction of a core and
+# their wall time grows with it (their verdicts do not: that is the point). The slow
+# batch waits for its rewards this long, and its test (which builds it) as long again.
+SLOW_SAMPLE_TIMEOUT_S = 900.0
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +67,13 @@ def cases() -> list[ParityCase]:
 
 
 async def _score_with_rewardbus(
-    cases: list[ParityCase], kafka: KafkaSettings, tokenizer_dir: Path
+    cases: list[ParityCase],
+    kafka: KafkaSettings,
+    tokenizer_dir: Path,
+    options: dict[str, object] | None = None,
 ) -> dict[str, dict[str, object]]:
     """case id -> rewardbus's result, the cases in one DataProto through verl's reward loop."""
-    worker = RewardLoopWorker(verl_config(tokenizer_dir, kafka))
+    worker = RewardLoopWorker(verl_config(tokenizer_dir, kafka, options=options))
     assert type(worker.reward_manager).__name__ == "RewardbusRewardManager"
     samples = [ParitySample(c, c.case_id, c.response) for c in cases]
     outputs = await worker.compute_score_batch(parity_dataproto(samples, for_verl=False))
@@ -96,7 +105,8 @@ async def rewardbus_slow(
     rewardbus_manager_for_module: None,
 ) -> dict[str, dict[str, object]]:
     slow = [c for c in cases if c.case_id in slow_case_ids]
-    return await _score_with_rewardbus(slow, verl_sandbox_workers, verl_tokenizer_dir)
+    options: dict[str, object] = {"sample_timeout_s": SLOW_SAMPLE_TIMEOUT_S}
+    return await _score_with_rewardbus(slow, verl_sandbox_workers, verl_tokenizer_dir, options)
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +136,7 @@ def verl_scores(verl_records: dict[str, VerlScore]) -> dict[str, float]:
     return {case_id: record.score for case_id, record in verl_records.items()}
 
 
+@pytest.mark.timeout(SLOW_SAMPLE_TIMEOUT_S + 120)
 def test_time_and_memory_limits_give_the_expected_scores(
     cases: list[ParityCase], rewardbus_slow: dict[str, dict[str, object]]
 ) -> None:
