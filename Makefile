@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools
+.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools docker-engine images compose-up compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -47,13 +47,36 @@ $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 observability-tools: $(VENV)/.installed
 	$(BIN)/python -m rewardbus.observability.gotools
 
+# A Docker engine for the images and tests/containers/: started here (dockerd, vfs
+# storage) when none answers; needs docker.io installed and root to start one.
+docker-engine:
+	infra/docker/dockerd.sh
+
+# rewardbus-kafka, -worker and -aggregator on a debootstrap base, built locally (no
+# registry needed); an image whose content-hash tag exists is not rebuilt.
+# WORKER_LANGUAGES="python c cpp" narrows the worker's toolchains (docs/containers.md).
+images: $(VENV)/.installed kafka-jars docker-engine
+	PYTHON=$(BIN)/python infra/docker/images.sh
+
+# Three KRaft brokers, Jaeger, Prometheus, WORKERS sandbox workers and the aggregator.
+WORKERS ?= 2
+COMPOSE ?= docker-compose
+COMPOSE_FILE := infra/compose/docker-compose.yml
+export REWARDBUS_SECCOMP_PROFILE ?= $(REWARDBUS_CACHE)/images/seccomp-worker.json
+compose-up: images observability-tools
+	infra/compose/observability-images.sh
+	$(COMPOSE) -f $(COMPOSE_FILE) up -d --scale worker=$(WORKERS)
+
+compose-down:
+	$(COMPOSE) -f $(COMPOSE_FILE) down -v
+
 demo: setup
 	$(BIN)/rewardbus demo
 
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup setup-verl observability-tools
+test: setup setup-verl observability-tools images
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 train-demo: setup setup-verl

@@ -18,7 +18,9 @@ command -v dockerd >/dev/null || {
 [ "$(id -u)" = 0 ] || { echo "error: no Docker engine answers; starting dockerd needs root" >&2; exit 1; }
 mkdir -p "$cache"
 # setsid: the engine outlives this script and the make that ran it.
-setsid dockerd --storage-driver="${DOCKERD_STORAGE_DRIVER:-vfs}" >>"$log" 2>&1 </dev/null &
+# A private cgroup namespace by default: the worker's jail needs one (docs/containers.md)
+# and docker-compose 1.29 cannot request it per service.
+setsid dockerd --storage-driver="${DOCKERD_STORAGE_DRIVER:-vfs}" --default-cgroupns-mode=private >>"$log" 2>&1 </dev/null &
 echo $! >"$cache/dockerd.pid"
 deadline=$(( $(date +%s) + timeout_s ))
 until docker version --format '{{.Server.Version}}' >/dev/null 2>&1; do

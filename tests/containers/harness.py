@@ -1,0 +1,167 @@
+"""Helpers for the container tests: the project's images driven through testcontainers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from testcontainers.core.container import DockerContainer
+
+from schemas import KafkaSettings, RewardEvent, decode
+
+KAFKA_IMAGE = os.environ.get("REWARDBUS_KAFKA_IMAGE", "rewardbus-kafka:latest")
+WORKER_IMAGE = os.environ.get("REWARDBUS_WORKER_IMAGE", "rewardbus-worker:latest")
+_CACHE = Path(os.environ.get("REWARDBUS_CACHE", Path.home() / ".cache" / "rewardbus"))
+SECCOMP_PROFILE = _CACHE / "images" / "seccomp-worker.json"
+PARTITIONS = 6
+
+
+def least_privilege() -> dict[str, Any]:
+    """docker run options of the worker's least-privilege set (docs/containers.md)."""
+    return {
+        "cap_add": ["SYS_ADMIN", "NET_ADMIN"],
+        # The engine's API takes the profile's text, not a path (the CLI reads the file).
+        "security_opt": [f"seccomp={SECCOMP_PROFILE.read_text()}", "apparmor=unconfined"],
+        "cgroupns": "private",
+    }
+
+
+def container_ip(container: DockerContainer) -> str:
+    """The container's bridge address: reachable from this host and from other containers."""
+    wrapped = container.get_wrapped_container()
+    wrapped.reload()
+    return str(wrapped.attrs["NetworkSettings"]["IPAddress"])
+
+
+async def wait_for_log(container: DockerContainer, text: str, timeout_s: float) -> float:
+    """Seconds until ``text`` appears in the container's output; fails if it exits first."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout_s):
+        while True:
+            out, err = await asyncio.to_thread(container.get_logs)
+            if text.encode() in out or text.encode() in err:
+                return time.monotonic() - started
+            wrapped = container.get_wrapped_container()
+            await asyncio.to_thread(wrapped.reload)
+            if wrapped.status in ("exited", "dead"):
+                tail = (out + err).decode(errors="replace")[-3000:]
+                raise AssertionError(f"container exited before {text!r}:\n{tail}")
+            await asyncio.sleep(0.2)  # polling the engine's log endpoint, under the deadline
+
+
+def worker_container(
+    kafka: KafkaSettings, worker_id: str, *, privileges: dict[str, Any] | None = None
+) -> DockerContainer:
+    """A rewardbus-worker container in strict mode (the default), not started yet."""
+    command = [
+        "worker",
+        "--bootstrap-servers", kafka.bootstrap_servers,
+        "--topic-prefix", kafka.topics.prefix,
+        "--group-id", f"{kafka.topics.prefix}workers",
+        "--worker-id", worker_id,
+        "--result-cache-mb", "0",
+    ]  # fmt: skip
+    options = least_privilege() if privileges is None else privileges
+    return DockerContainer(
+        WORKER_IMAGE, command=command, name=f"rb-{worker_id}-{uuid.uuid4().hex[:8]}", **options
+    )
+
+
+async def start_worker(container: DockerContainer, timeout_s: float = 240) -> float:
+    """Start a worker container; seconds until it printed its ready line."""
+    started = time.monotonic()
+    await asyncio.to_thread(container.start)
+    await wait_for_log(container, " ready", timeout_s)
+    return time.monotonic() - started
+
+
+@dataclass
+class RewardLog:
+    """Every reward event on the rewards topic, duplicates included, with arrival times."""
+
+    kafka: KafkaSettings
+    events: list[tuple[float, RewardEvent]] = field(default_factory=list)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def count(self) -> int:
+        return len({e.sample_id for _, e in self.events})
+
+    def by_worker(self) -> dict[str, int]:
+        """First-reward counts per worker_id (who scored each sample first)."""
+        first: dict[str, str] = {}
+        for _, event in self.events:
+            first.setdefault(event.sample_id, event.worker_id)
+        counts: dict[str, int] = {}
+        for worker in first.values():
+            counts[worker] = counts.get(worker, 0) + 1
+        return counts
+
+    def duplicates(self) -> int:
+        return len(self.events) - self.count()
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(
+            self.kafka.topics.rewards, **self.kafka.client_kwargs(), auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                batches = await consumer.getmany(timeout_ms=100)
+                for records in batches.values():
+                    for record in records:
+                        assert record.value is not None
+                        self.events.append((time.monotonic(), decode(record.value, RewardEvent)))
+                        self._arrived.set()
+        finally:
+            await consumer.stop()
+
+    async def wait_for(self, count: int, timeout_s: float) -> None:
+        async with asyncio.timeout(timeout_s):
+            while self.count() < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
+async def group_state(kafka: KafkaSettings, group_id: str) -> tuple[str, dict[str, int]]:
+    """(state, partitions per member client id) of a consumer group."""
+    from aiokafka.protocol.group import MemberAssignment
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group_id])
+    finally:
+        await admin.close()
+    (group,) = response.groups
+    state, members = group[2], group[5]
+    owned: dict[str, int] = {}
+    for member in members:
+        assignment = MemberAssignment.decode(member[-1]) if member[-1] else None
+        parts = sum(len(p) for _t, p in assignment.assignment) if assignment else 0
+        owned[str(member[0])] = parts
+    return str(state), owned
+
+
+async def wait_group(kafka: KafkaSettings, group_id: str, members: int, timeout_s: float) -> float:
+    """Monotonic time at which the group was Stable with ``members`` owning every partition."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            state, owned = await group_state(kafka, group_id)
+            if state == "Stable" and len(owned) == members and sum(owned.values()) == PARTITIONS:
+                return time.monotonic()
+            await asyncio.sleep(0.1)  # the broker is polled, under the deadline
+
+
+def report(name: str, figures: dict[str, Any]) -> None:
+    """Print a measured figure set (pytest -s shows it; docs/containers.md quotes it)."""
+    print(f"\n{name}: {json.dumps(figures, sort_keys=True)}")
