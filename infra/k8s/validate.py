@@ -23,6 +23,7 @@ Exit status 0 when all is valid, 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -82,6 +83,7 @@ def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, check=True, text=True, capture_output=True, **kwargs)  # noqa: S603
 
 
+@functools.cache
 def go_module_dir(module: str) -> Path:
     """The extracted module, downloaded through the Go module proxy on first use."""
     env = os.environ | {"GOMODCACHE": str(cache_dir() / "gomod"), "GOFLAGS": "-modcacherw"}
@@ -92,6 +94,7 @@ def go_module_dir(module: str) -> Path:
     return Path(info["Dir"])
 
 
+@functools.cache
 def npm_dir() -> Path:
     """A private npm prefix holding the Strimzi models, installed on first use."""
     prefix = cache_dir() / "npm"

@@ -7,6 +7,7 @@ models (npm), all fetched into ~/.cache/rewardbus on first use.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,19 @@ K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
 pytestmark = pytest.mark.timeout(600)
 
 
+def _validator() -> Any:
+    spec = importlib.util.spec_from_file_location("k8s_validate", K8S / "validate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+VALIDATOR = _validator()
+
+
 def _validate(directory: Path) -> subprocess.CompletedProcess[str]:
+    """The command line, as CI and people run it."""
     return subprocess.run(
         [sys.executable, str(K8S / "validate.py"), str(directory)],
         capture_output=True,
@@ -108,9 +121,18 @@ def test_a_broken_copy_is_rejected(tmp_path: Path, breakage: str) -> None:
     text = target.read_text(encoding="utf-8") if target.exists() else ""
     assert text.count(old) == 1 or not old
     target.write_text(text.replace(old, new) if old else new, encoding="utf-8")
+    problems = VALIDATOR.validate(copy)  # in-process: the schemas are loaded once
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_the_command_fails_on_a_broken_copy(tmp_path: Path) -> None:
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    worker = copy / "worker.yaml"
+    worker.write_text(worker.read_text(encoding="utf-8").replace('cpu: "3"', "cpu: [3]"))
     result = _validate(copy)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert expected in result.stdout, result.stdout
+    assert "resources/limits/cpu" in result.stdout, result.stdout
 
 
 def test_topics_match_rewardbus_with_replication_and_co_partitioning() -> None:
