@@ -47,7 +47,8 @@ def derive(default: dict[str, object]) -> dict[str, object]:
         and not rule.get("args")
     ]
     if len(gated) != 1:
-        raise SystemExit(f"expected one CAP_SYS_ADMIN allow rule in the default, found {len(gated)}")
+        found = len(gated)
+        raise SystemExit(f"expected one CAP_SYS_ADMIN allow rule in the default, found {found}")
     gated[0]["names"] = list(JAIL_SYS_ADMIN_CALLS)
     gated[0]["comment"] = "rewardbus-worker: only what the jail calls (infra/docker/seccomp.py)"
     return default
