@@ -163,3 +163,14 @@ def test_worker_runs_the_strict_sandbox_unprivileged_within_limits() -> None:
     assert "allowPrivilegeEscalation" not in context
     assert {"cpu", "memory"} <= set(worker["resources"]["limits"])
     assert "infra/compose" in (K8S / "worker.yaml").read_text(encoding="utf-8")
+
+
+def test_worker_privileges_match_the_compose_worker() -> None:
+    compose = yaml.safe_load((K8S.parent / "compose" / "docker-compose.yml").read_text())
+    service = compose["services"]["worker"]
+    pod = _one("Deployment", "rewardbus-worker")["spec"]["template"]["spec"]
+    context = pod["containers"][0]["securityContext"]
+    assert set(context["capabilities"]["add"]) == set(service["cap_add"])
+    assert "apparmor=unconfined" in service["security_opt"]
+    assert any(opt.startswith("seccomp=") for opt in service["security_opt"])
+    assert not service.get("privileged", False)
