@@ -304,6 +304,6 @@ def _worker_lines(workers: Sequence[WorkerRow], width: int) -> list[str]:
         busy = f"{row.in_flight:.0f}/{row.concurrency:.0f}"
         lines.append(
             f"  {row.worker_id[:24]:<24} {_num(row.completions_per_s):>8} {busy:>9} "
-            f"{row.utilisation * 100:5.0f}% {_bar(row.utilisation, bar_width)}"
+            f"{row.utilisation * 100:5.1f}% {_bar(row.utilisation, bar_width)}"
         )
     return lines
