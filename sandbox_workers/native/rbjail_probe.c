@@ -21,6 +21,9 @@ static const char *g_root_dir;
 
 static int probe_namespaces(void) {
     if (rbjail_unshare_namespaces() < 0) return -1;
+    /* Every jail brings "lo" up in its new net namespace: that needs CAP_NET_ADMIN,
+     * which a container may lack while it has CAP_SYS_ADMIN (docs/containers.md). */
+    if (rbjail_loopback_up() < 0) return -1;
     pid_t pid = fork(); /* the pid namespace is only real once it has a process */
     if (pid < 0) return -1;
     if (pid == 0) _exit(getpid() == 1 ? 0 : 1);

@@ -2,6 +2,7 @@
 
 - With the least-privilege set (no ``--privileged``) ``rewardbus doctor`` inside the
   container reports every isolation layer active and strict mode ready.
+- Each item of the set is needed: without it, doctor names the layer it costs.
 - Started as an ordinary unprivileged container, a strict worker refuses to start
   (exit status 2) and names the layers that are missing.
 """
@@ -35,6 +36,35 @@ async def test_doctor_reports_strict_ready_with_least_privilege(
     assert code == 0, out
     assert "strict mode: ready" in out, out
     assert "MISSING" not in out, out
+
+
+def _without(item: str) -> dict[str, object]:
+    options: dict[str, object] = dict(least_privilege())
+    if item == "NET_ADMIN":
+        options["cap_add"] = ["SYS_ADMIN"]
+    elif item == "seccomp profile":
+        options["security_opt"] = ["apparmor=unconfined"]  # Docker's default profile
+    elif item == "private cgroupns":
+        options["cgroupns"] = "host"
+    return options
+
+
+@pytest.mark.parametrize(
+    ("item", "layer"),
+    [
+        ("NET_ADMIN", "namespaces"),  # "lo" up in the jail's net namespace
+        ("seccomp profile", "mounts"),  # Docker's default denies pivot_root
+        ("private cgroupns", "cgroup_memory"),  # the cgroup tree stays read-only
+    ],
+)
+async def test_each_privilege_is_needed(
+    docker_engine: docker.DockerClient, item: str, layer: str
+) -> None:
+    code, out = await asyncio.to_thread(_run, docker_engine, ["doctor"], **_without(item))
+    assert code == 1, out
+    missing = [line.split()[1] for line in out.splitlines() if line.strip().startswith("MISSING")]
+    assert layer in missing, (item, out)
+    assert "strict mode: REFUSES" in out, out
 
 
 async def test_unprivileged_worker_refuses_strict_mode(
