@@ -121,6 +121,9 @@ build_image() {
     log "built $tag in $(( SECONDS - t0 )) s ($(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
   fi
   docker tag "$tag" "rewardbus-$name:latest"
+  # Older hash tags of this image: on vfs each holds a full copy of its layers.
+  docker images --format '{{.Repository}}:{{.Tag}}' "rewardbus-$name" \
+    | grep -v -e ":latest$" -e ":$hash$" | xargs -r docker rmi >/dev/null 2>&1 || true
 }
 
 # The worker's seccomp profile (infra/docker/seccomp.py): Docker's default of the
