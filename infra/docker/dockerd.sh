@@ -8,6 +8,16 @@ cache=${REWARDBUS_CACHE:-$HOME/.cache/rewardbus}
 log=$cache/dockerd.log
 timeout_s=${DOCKERD_TIMEOUT_S:-60}
 
+# `make test` on a fresh machine: the engine and debootstrap (for the base image)
+# come from Debian's packages, as .ci/run installs them.
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing ${missing[*]} from apt" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
 if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
   exit 0
 fi
