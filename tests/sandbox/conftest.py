@@ -33,7 +33,7 @@ def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
     try:
         sandbox = JailSandbox(jail_config)
     except IsolationUnavailable as exc:
-        pytest.skip(f"this host cannot run the strict jail: {exc}")
+        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
     yield sandbox
     stats = sandbox.pool_stats
     sandbox.close()

@@ -387,7 +387,7 @@ async def test_without_a_cgroup_cpu_counter_limits_fall_back_and_say_so(
     try:
         sandbox = JailSandbox(config)
     except IsolationUnavailable as exc:
-        pytest.skip(f"no jail on this host: {exc}")
+        pytest.fail(f"no jail on this host (see rewardbus doctor): {exc}")
     async with sandbox:
         assert "cpu_time" in sandbox.degraded
 

@@ -60,7 +60,7 @@ def jail() -> Iterator[JailSandbox]:
     try:
         sandbox = JailSandbox(JailConfig())
     except IsolationUnavailable as exc:
-        pytest.skip(f"this host cannot run the strict jail: {exc}")
+        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
     yield sandbox
     sandbox.close()
 

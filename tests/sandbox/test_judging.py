@@ -45,7 +45,7 @@ def jail() -> Iterator[JailSandbox]:
     try:
         sandbox = JailSandbox(JailConfig(strict=False))
     except IsolationUnavailable as exc:
-        pytest.skip(f"no jail on this host: {exc}")
+        pytest.fail(f"no jail on this host (see rewardbus doctor): {exc}")
     yield sandbox
     sandbox.close()
 

@@ -142,7 +142,7 @@ def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Executor]:
     try:
         sandbox = JailSandbox(JailConfig(strict=False))
     except IsolationUnavailable as exc:
-        pytest.skip(f"no jail on this host: {exc}")
+        pytest.fail(f"no jail on this host (see rewardbus doctor): {exc}")
     cache = tmp_path_factory.getbasetemp() / "executor-cache"
     yield Executor(ExecutorConfig(compile_cache_dir=cache), sandbox)
     sandbox.close()

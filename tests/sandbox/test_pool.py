@@ -46,7 +46,7 @@ def strict_sandbox(pool: PoolConfig) -> JailSandbox:
     try:
         return JailSandbox(JailConfig(pool=pool))
     except IsolationUnavailable as exc:
-        pytest.skip(f"this host cannot run the strict jail: {exc}")
+        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
 
 
 @pytest.fixture(scope="module")
@@ -508,7 +508,7 @@ def test_the_pool_needs_namespaces_and_mounts() -> None:
     try:
         sandbox = JailSandbox(config)
     except IsolationUnavailable as exc:
-        pytest.skip(f"no jail on this host: {exc}")
+        pytest.fail(f"no jail on this host (see rewardbus doctor): {exc}")
     try:
         assert sandbox.pool_stats is None
     finally:
