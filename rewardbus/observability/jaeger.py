@@ -33,9 +33,9 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any
 
+from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 _READY_POLL_S = 0.1
-_EXIT_GRACE_S = 10.0
 _LOG_TAIL_BYTES = 3000
 _PORT_RETRIES = 3
 
@@ -152,7 +151,7 @@ def collector_config(config: JaegerConfig) -> dict[str, Any]:
     }
 
 
-class JaegerProcess:
+class JaegerProcess(ChildProcess):
     """One Jaeger child process; a sync and async context manager.
 
     ``binary`` defaults to the cached build (built first if missing, which takes
@@ -171,9 +170,7 @@ class JaegerProcess:
         self._config = self._requested
         self._binary = binary
         self._env = dict(env if env is not None else os.environ)
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
-        self._log: IO[bytes] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__()
 
     @property
     def config(self) -> JaegerConfig:
@@ -285,66 +282,7 @@ class JaegerProcess:
 
     def log_tail(self) -> str:
         """The end of Jaeger's log (start-up errors say which port or setting failed)."""
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no log)"
-        data = path.read_bytes()[-_LOG_TAIL_BYTES:]
-        return data.decode("utf-8", errors="replace").strip() or "(empty log)"
-
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """Wait for the process to exit; its status, or None on timeout."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self, grace_s: float = _EXIT_GRACE_S) -> None:
-        """SIGTERM, wait ``grace_s``, then SIGKILL; remove the work directory. Idempotent."""
-        self._reap(grace_s)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def _reap(self, grace_s: float = _EXIT_GRACE_S) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.astart()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
+        return log_tail(self.log_path)
 
 
 def answers(config: JaegerConfig) -> bool:

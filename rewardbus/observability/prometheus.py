@@ -17,10 +17,8 @@ its HTTP API.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -31,9 +29,9 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any
 
+from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import PROMETHEUS, ensure
 
 __all__ = [
@@ -47,8 +45,6 @@ __all__ = [
 ]
 
 _READY_POLL_S = 0.1
-_EXIT_GRACE_S = 10.0
-_LOG_TAIL_BYTES = 3000
 _PORT_RETRIES = 3
 
 
@@ -114,7 +110,7 @@ def scrape_config(config: PrometheusConfig) -> dict[str, Any]:
     return document
 
 
-class PrometheusProcess:
+class PrometheusProcess(ChildProcess):
     """One Prometheus child process; a sync and async context manager.
 
     ``binary`` defaults to the cached build (built first if missing, which takes
@@ -133,9 +129,7 @@ class PrometheusProcess:
         self._config = config
         self._binary = binary
         self._env = dict(env if env is not None else os.environ)
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
-        self._log: IO[bytes] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__()
 
     @property
     def config(self) -> PrometheusConfig:
@@ -225,68 +219,7 @@ class PrometheusProcess:
 
     def log_tail(self) -> str:
         """The end of Prometheus's log (start-up errors name the setting that failed)."""
-        if self._workdir is None:
-            return "(no log)"
-        path = Path(self._workdir.name) / "prometheus.log"
-        with contextlib.suppress(OSError):
-            text = path.read_bytes()[-_LOG_TAIL_BYTES:].decode("utf-8", errors="replace")
-            return text.strip() or "(empty log)"
-        return "(no log)"
-
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """Wait for the process to exit; its status, or None on timeout."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self, grace_s: float = _EXIT_GRACE_S) -> None:
-        """SIGTERM, wait ``grace_s``, then SIGKILL; remove the data directory. Idempotent."""
-        self._reap(grace_s)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def _reap(self, grace_s: float = _EXIT_GRACE_S) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
+        return log_tail(Path(self._workdir.name) / "prometheus.log" if self._workdir else None)
 
 
 @dataclass(frozen=True, slots=True)

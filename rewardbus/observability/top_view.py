@@ -249,8 +249,7 @@ def render(frame: Frame, *, width: int = 80) -> str:
     lines = [
         f"rewardbus top - {window} - {len(frame.sources)} source(s)",
         "",
-        f"completions/s  {_num(frame.completions_per_s):>8}   "
-        f"total {frame.completions_total:,.0f}",
+        f"completions/s  {_num(frame.completions_per_s):>8}   total {frame.completions_total:,.0f}",
         f"latency (produce->reward)  p50 {_num(frame.p50_ms, '{:.0f}')} ms   "
         f"p99 {_num(frame.p99_ms, '{:.0f}')} ms"
         + ("" if frame.latency_windowed else "   (all observations so far)"),
