@@ -14,10 +14,11 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,45 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- /proc ---------------------------------------------------------------------------
+
+
+def run_reported(
+    name: str,
+    body: Coroutine[Any, Any, dict[str, Any]],
+    *,
+    report: Callable[[dict[str, Any]], Any],
+    checks: Callable[[dict[str, Any]], Iterable[tuple[str, Any]]],
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Run a load benchmark's ``body``; report it, add its targets and run metadata.
+
+    SIGTERM takes the same path as Ctrl-C, so the benchmark's context managers stop
+    the broker, workers and aggregator it started instead of leaving them running.
+    None when interrupted.
+    """
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    try:
+        result = asyncio.run(body)
+    except KeyboardInterrupt:
+        return None
+    report(result)
+    result["targets"] = {key: target.as_json() for key, target in checks(result)}
+    result["meta"] = {
+        "benchmark": name,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **(meta or {}),
+        "cpus": len(os.sched_getaffinity(0)),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    return result
 
 
 def rss_mb(pid: int) -> float:

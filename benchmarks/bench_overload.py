@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import sys
 import time
 import uuid
@@ -57,7 +55,13 @@ from _common import (
     wait_all,
     workers,
 )
-from _load import ProcessMonitor, aggregator_process, humaneval_backlog, windowed_rates
+from _load import (
+    ProcessMonitor,
+    aggregator_process,
+    humaneval_backlog,
+    run_reported,
+    windowed_rates,
+)
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer
@@ -287,21 +291,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
     args = parser.parse_args(argv)
     quiet_logs()
-    load_before = os.getloadavg()
-    started = time.monotonic()
-    with contextlib.suppress(KeyboardInterrupt):
-        result = asyncio.run(run(args))
-        print_report(result)
-        result["targets"] = {key: t.as_json() for key, t in targets(result)}
-        result["meta"] = {
-            "benchmark": "bench_overload",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "quick": args.quick,
-            "cpus": len(os.sched_getaffinity(0)),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "wall_s": round(time.monotonic() - started, 1),
-        }
+    result = run_reported(
+        name="bench_overload",
+        body=run(args),
+        report=print_report,
+        checks=targets,
+        meta={"quick": args.quick},
+    )
+    if result is not None:
         emit_json(result)
 
 

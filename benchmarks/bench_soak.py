@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
-import os
 import sys
 import time
 import uuid
@@ -51,7 +49,13 @@ from _common import (
     wait_all,
     workers,
 )
-from _load import ProcessMonitor, aggregator_process, humaneval_backlog, humaneval_stream
+from _load import (
+    ProcessMonitor,
+    aggregator_process,
+    humaneval_backlog,
+    humaneval_stream,
+    run_reported,
+)
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches
@@ -209,20 +213,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
     args = parser.parse_args(argv)
     quiet_logs()
-    load_before = os.getloadavg()
-    started = time.monotonic()
-    with contextlib.suppress(KeyboardInterrupt):
-        result = asyncio.run(run(args))
-        print_report(result)
-        result["targets"] = {key: t.as_json() for key, t in targets(result)}
-        result["meta"] = {
-            "benchmark": "bench_soak",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "cpus": len(os.sched_getaffinity(0)),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "wall_s": round(time.monotonic() - started, 1),
-        }
+    result = run_reported(name="bench_soak", body=run(args), report=print_report, checks=targets)
+    if result is not None:
         emit_json(result)
 
 

@@ -277,12 +277,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def print_report(result: dict[str, Any]) -> None:
     mean = result["mean_completions_per_s"]
     print()
-    print(f"throughput  off {mean['off']:8.2f}/s   on {mean['on']:8.2f}/s   "
-          f"on/off {result['on_over_off']:.3f} ({result['throughput_drop_pct']:+.2f} % drop)")
+    print(
+        f"throughput  off {mean['off']:8.2f}/s   on {mean['on']:8.2f}/s   "
+        f"on/off {result['on_over_off']:.3f} ({result['throughput_drop_pct']:+.2f} % drop)"
+    )
     for mode, parts in result["cpu_ms_per_completion"].items():
         print(f"cpu ms/completion ({mode}): " + ", ".join(f"{k} {v}" for k, v in parts.items()))
-    print(f"exporter cpu ms/completion (on - off): {result['exporter_cpu_ms_per_completion']}"
-          f" = {result['exporter_cpu_ms_per_completion_total']} total")
+    print(
+        f"exporter cpu ms/completion (on - off): {result['exporter_cpu_ms_per_completion']}"
+        f" = {result['exporter_cpu_ms_per_completion_total']} total"
+    )
     target = Target("throughput with telemetry on / off", result["on_over_off"], 0.95, False)
     print(target.line())
     result["targets"] = {target.name: target.passed}
