@@ -39,7 +39,18 @@ __all__ = ["FINGERPRINT_VERSION", "fingerprint", "normalize_code"]
 # encoding changes, or judging gives the same inputs another verdict, so old cache
 # entries can never match new programs. fp/2: time limits are CPU time with a wall
 # backstop (the worker's runtime_version is the package's, which did not change).
-FINGERPRINT_VERSION = "rewardbus-fp/2"
+# fp/3: C and C++ assert suites undefine NDEBUG before the tests, Rust ones define the
+# assert macros again (a program defining NDEBUG or its own asserts passed them all).
+# fp/4: C, C++ and Rust assert suites link exit, _exit, _Exit, quick_exit and (main
+# thread) pthread_exit to a guard that fails the test; Go and Java ones pass only when
+# the tests' main returned and a secret marker was printed after it (a program exiting 0
+# before the asserts ran passed them all). fp/5: C, C++ and Rust need the marker too (a
+# raw exit_group system call passed fp/4's guard). fp/6: C, C++ and Rust print it once
+# main returned (fp/5 printed it from a destructor, which libc's exit reached by
+# __real_exit or dlsym ran too), and no language's binary holds it as text. fp/7: Python
+# assert suites fail a value whose comparison is not an equality (an always-true __eq__,
+# __lt__, a constant __sub__ or a program's own abs passed them).
+FINGERPRINT_VERSION = "rewardbus-fp/7"
 
 # Canonical language names (Language.name) whose toolchains read CRLF as LF.
 _CRLF_AGNOSTIC = frozenset({"python", "javascript", "java", "go", "rust", "c", "cpp"})

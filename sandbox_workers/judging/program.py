@@ -10,7 +10,7 @@ wall-clock backstop; ``compile_memory_mb``); the artifacts come back through
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
@@ -115,15 +115,24 @@ class Builder:
         self._address_space_limited = "cgroup_memory" in sandbox.degraded
 
     async def build(
-        self, language: Language, toolchain: Toolchain, source: str, limits: Limits
+        self,
+        language: Language,
+        toolchain: Toolchain,
+        source: str,
+        limits: Limits,
+        *,
+        extra_args: tuple[str, ...] = (),
     ) -> Program | CompileFailure:
         """A runnable program for ``source``, or why it does not compile.
 
+        ``extra_args`` are appended to the compile command (and so to its cache key).
         Raises :class:`SandboxFault` when the sandbox fails (retriable).
         """
         source = language.prepare_source(source)
         source_name = language.source_name(source)
         step = language.compile_step(toolchain, source_name)
+        if step is not None and extra_args:
+            step = replace(step, argv=step.argv + extra_args)
         if step is None:
             return Program(
                 language=language,

@@ -37,6 +37,21 @@ runs; and the parent makes itself non-dumpable, which keeps other processes of
 the same uid out of ``/proc/<parent>/fd/0``. The worker takes the first record
 per marker, so a later test cannot overwrite an earlier one.
 
+Assert tests compare the program's values in the program's own process, so a value
+whose ``__eq__`` always answers True (a class of the program's, a subclass of int)
+would pass every ``assert f(x) == y``. The tests' single comparisons (``==``, ``!=``,
+``in``, ``not in``, ``<``, ``<=``, ``>``, ``>=``) and subtractions are compiled to
+calls of ``_compare``: plain data (builtin scalars, and builtin containers of them)
+works as usual; for any other value the test fails when it also compares equal to a
+value it cannot honestly equal (a fresh object, or the expected value at its place
+changed; also inside a builtin list, tuple or dict), is ordered against NaN, or gives
+the same difference whatever number is subtracted from it. Chained comparisons and
+other arithmetic are left as written (a value whose ``-`` returns itself and whose
+``abs()`` returns 0 still passes ``abs(f(x) - y) < 1e-6``). With an entry point
+(HumanEval's ``check(candidate)``) the tests reach the program only through
+``candidate``, so the builtin names they use (``abs``, ``len``, ``sum``) are compiled
+to the real builtins: a program's own ``abs = lambda x: 0`` does not answer for them.
+
 What it cannot prevent: code that rewrites the interpreter inside its own child
 (patching ``json`` or the harness's functions) can fake the result of its own
 *assert* test, as in any in-process harness. Function-call results are compared
@@ -45,17 +60,19 @@ outside the sandbox, against values the program never sees.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import json
 import math
+import operator
 import os
 import resource
 import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
 
@@ -118,9 +135,12 @@ def _jobs(spec: dict[str, Any]) -> list[Callable[[], Record] | Record]:
         name: str = spec["fn_name"]
         return [_bind_call(program, name, args) for args in tests]
     try:
-        setup = compile(spec.get("setup") or "", "tests.py", "exec")
+        # HumanEval's shape reaches the program only through `candidate`: every builtin
+        # name its tests use means the builtin, whatever the program bound to it.
+        protect = spec.get("entry_point") is not None
+        setup = _compile_tests(spec.get("setup") or "", "tests.py", protect)
         cases = [
-            None if case is None else compile(case, f"case{i}", "exec")
+            None if case is None else _compile_tests(case, f"case{i}", protect)
             for i, case in enumerate(tests)
         ]
     except (SyntaxError, ValueError) as exc:
@@ -410,6 +430,9 @@ def _call(program: CodeType, name: str, args: Any) -> Record:
 def _check(program: CodeType, setup: CodeType, case: CodeType | None, entry: str | None) -> Record:
     namespace = _namespace()
     exec(program, namespace)  # noqa: S102 - running the program is the point (inside the jail)
+    # After the program: a name of its own by that name is replaced.
+    namespace[_GUARD] = _compare
+    namespace[_BUILTINS] = builtins
     exec(setup, namespace)  # noqa: S102 - the suite's test code
     candidate = None
     if entry is not None:
@@ -424,7 +447,295 @@ def _check(program: CodeType, setup: CodeType, case: CodeType | None, entry: str
             namespace["check"](candidate)
     except AssertionError as exc:
         raise _TestFailed(_describe(exc)) from None
+    except _NotAnEquality as exc:
+        raise _TestFailed(exc.message) from None
     return {"verdict": "accepted"}
+
+
+# --- the tests' comparisons (see the module docstring) --------------------------
+
+# The guard's name in the tests' namespace: drawn per run, so the program cannot
+# define or rebind it by name beforehand. One leading underscore: a `__name` would be
+# mangled inside a class of the tests (unittest style) and not be found.
+_GUARD = f"_rewardbus_compare_{os.urandom(8).hex()}"
+# The real builtins, for tests that must not see a program's `abs = lambda x: 0`.
+_BUILTINS = f"_rewardbus_builtins_{os.urandom(8).hex()}"
+_BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+_COMPARISONS = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in",
+    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+}  # fmt: skip
+_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "in": lambda a, b: a in b,
+    "not in": lambda a, b: a not in b,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "-": operator.sub,
+}
+_ORDERINGS = frozenset({"<", "<=", ">", ">="})
+_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None)})
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+_PLAIN_KINDS = _SCALARS | _SEQUENCES | {dict}
+_PLAIN_DEPTH = 32
+
+
+class _NotAnEquality(BaseException):
+    # BaseException: a test's own `except Exception` around an assert cannot hide it.
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Unrelated:
+    """A fresh object that no honest value of the program's equals."""
+
+    def __repr__(self) -> str:
+        return "<an unrelated object>"
+
+
+class _GuardComparisons(ast.NodeTransformer):
+    """Comparisons and subtractions to guard calls; with ``protected``, those builtin
+    names the tests use without binding them to the real builtins."""
+
+    def __init__(self, protected: frozenset[str]) -> None:
+        self._protected = protected
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if not isinstance(node.ctx, ast.Load) or node.id not in self._protected:
+            return node
+        real = ast.Attribute(
+            value=ast.Name(id=_BUILTINS, ctx=ast.Load()), attr=node.id, ctx=ast.Load()
+        )
+        return ast.copy_location(real, node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        op = _COMPARISONS.get(type(node.ops[0])) if len(node.ops) == 1 else None
+        if op is None:
+            return node
+        call = ast.Call(
+            func=ast.Name(id=_GUARD, ctx=ast.Load()),
+            args=[ast.Constant(op), node.left, node.comparators[0]],
+            keywords=[],
+        )
+        return ast.copy_location(call, node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        # `abs(f(x) - y) < 1e-6`: a difference that ignores what is subtracted is a fake.
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Sub):
+            return node
+        call = ast.Call(
+            func=ast.Name(id=_GUARD, ctx=ast.Load()),
+            args=[ast.Constant("-"), node.left, node.right],
+            keywords=[],
+        )
+        return ast.copy_location(call, node)
+
+
+def _compile_tests(code: str, filename: str, protect_builtins: bool = False) -> CodeType:
+    tree = ast.parse(code, filename)
+    protected = _BUILTIN_NAMES - _bound_names(tree) if protect_builtins else frozenset()
+    tree = ast.fix_missing_locations(_GuardComparisons(protected).visit(tree))
+    return compile(tree, filename, "exec")
+
+
+def _bound_names(tree: ast.AST) -> frozenset[str]:
+    """Every name the code binds anywhere (assigned, defined, imported, a parameter)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    return frozenset(names)
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Builtin scalars and builtin containers of them: their comparisons are the interpreter's."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if depth >= _PLAIN_DEPTH:
+        return False
+    if kind in _SEQUENCES:
+        groups: tuple[Any, ...] = (value,)
+    elif kind is dict:
+        groups = (value.keys(), value.values())
+    else:
+        return False
+    for items in groups:
+        # The item types first (map and set run in C): a flat container ends here.
+        kinds = set(map(type, items))
+        if kinds <= _SCALARS:
+            continue
+        if not kinds <= _PLAIN_KINDS:
+            return False
+        if not all(_plain(item, depth + 1) for item in items if type(item) not in _SCALARS):
+            return False
+    return True
+
+
+def _compare(op: str, left: Any, right: Any) -> Any:
+    """``left <op> right`` as the tests wrote it, unless a value's comparison is a fake."""
+    result = _OPERATORS[op](left, right)
+    if _plain(left) and _plain(right):
+        return result
+    if op == "-":
+        _check_difference(left, right, result)
+        return result
+    try:
+        truth = bool(result)
+    except Exception:  # noqa: BLE001 - an array's truth is ambiguous: the test's own business
+        return result
+    if op in _ORDERINGS:
+        if truth:
+            _check_ordering(op, left, right)
+    elif truth is (op in ("==", "in")):
+        _check_equality(op, left, right)
+    return result
+
+
+def _check_ordering(op: str, left: Any, right: Any) -> None:
+    """Raise _NotAnEquality if a non-plain side is also ordered against NaN (nothing is)."""
+    nan = float("nan")
+    for value, pair in ((left, (left, nan)), (right, (nan, right))):
+        if not _plain(value) and _says(_OPERATORS[op], *pair):
+            raise _NotAnEquality(
+                f"a {type(value).__qualname__} compared {op} nan, which nothing can: "
+                "its comparison is not an ordering"
+            )
+
+
+def _check_difference(left: Any, right: Any, result: Any) -> None:
+    """Raise _NotAnEquality if a non-plain side's difference ignores the plain number."""
+    if type(result) not in (int, float):
+        return
+    if not _plain(left) and type(right) in (int, float):
+        again = _attempt(operator.sub, left, _CHANGES[type(right)](right))
+    elif not _plain(right) and type(left) in (int, float):
+        again = _attempt(operator.sub, _CHANGES[type(left)](left), right)
+    else:
+        return
+    if type(again) in (int, float) and again == result:
+        value = right if _plain(left) else left
+        raise _NotAnEquality(
+            f"a {type(value).__qualname__} gave the same difference whatever was subtracted: "
+            "its arithmetic is not a subtraction"
+        )
+
+
+def _attempt(function: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
+    try:
+        return function(left, right)
+    except Exception:  # noqa: BLE001 - as in _says
+        return None
+
+
+def _says(function: Callable[[Any, Any], Any], left: Any, right: Any) -> bool | None:
+    """The truth ``function(left, right)`` claims; None when it (or its truth) raises,
+    which is what an honest value may do with an unknown one."""
+    try:
+        return bool(function(left, right))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
+def _check_equality(op: str, left: Any, right: Any) -> None:
+    """Raise _NotAnEquality if a non-plain value in a side also equals what it cannot equal.
+
+    The non-plain values are looked for inside builtin lists, tuples and dicts too (a
+    list's == asks its items'), each with what it was compared with at its place.
+    """
+    if op in ("in", "not in"):
+        suspects = [*_suspects(left, None), *_suspects(right, None)]
+        containers = [] if _plain(right) else [right]
+    else:
+        suspects = [*_suspects(left, right), *_suspects(right, left)]
+        containers = []
+    # Said equal by == or by != (each may be faked on its own).
+    for value, counterpart in suspects:
+        for probe in (_Unrelated(), *_changed(counterpart)):
+            if _says(operator.eq, value, probe) or _says(operator.ne, value, probe) is False:
+                raise _NotAnEquality(_fake(value, probe))
+    for container in containers:  # a container of the program's that holds anything
+        probe = _Unrelated()
+        if _says(_OPERATORS["in"], probe, container) or (
+            _says(_OPERATORS["not in"], probe, container) is False
+        ):
+            raise _NotAnEquality(_fake(container, probe, "held"))
+
+
+def _suspects(value: Any, counterpart: Any, depth: int = 0) -> Iterator[tuple[Any, Any]]:
+    """The non-plain values in ``value``, each with the counterpart's item at its place."""
+    if _plain(value):
+        return
+    pairs = _pairs(value, counterpart) if depth < _PLAIN_DEPTH else None
+    if pairs is None:
+        yield value, counterpart
+        return
+    for item, other in pairs:
+        yield from _suspects(item, other, depth + 1)
+
+
+def _pairs(value: Any, counterpart: Any) -> list[tuple[Any, Any]] | None:
+    """A builtin list's, tuple's or dict's items, each with the counterpart's at its place
+    (None for each without one); None when ``value`` is none of those or the counterpart
+    is not laid out like it."""
+    kind = type(value)
+    if kind not in (list, tuple, dict) or (
+        counterpart is not None and type(counterpart) is not kind
+    ):
+        return None
+    items = list(value.values()) if kind is dict else list(value)
+    if counterpart is None:
+        return [(item, None) for item in items]
+    if kind is dict:
+        same = counterpart.keys() == value.keys()
+        return [(item, counterpart[key]) for key, item in value.items()] if same else None
+    return list(zip(items, counterpart, strict=True)) if len(counterpart) == len(items) else None
+
+
+def _changed(value: Any) -> list[Any]:
+    """A value of ``value``'s plain type that differs from it (none if it is not plain)."""
+    change = _CHANGES.get(type(value))
+    return [change(value)] if change is not None and _plain(value) else []
+
+
+_CHANGES: dict[type, Callable[[Any], Any]] = {
+    bool: lambda v: not v,
+    int: lambda v: v + 1,
+    complex: lambda v: v + 1,
+    float: lambda v: v + max(1.0, abs(v)) if math.isfinite(v) else 0.0,
+    str: lambda v: v + "\0",
+    bytes: lambda v: v + b"\0",
+    list: lambda v: [*v, _Unrelated()],
+    tuple: lambda v: (*v, _Unrelated()),
+    set: lambda v: {*v, _Unrelated()},
+    frozenset: lambda v: frozenset({*v, _Unrelated()}),
+    dict: lambda v: {**v, _Unrelated(): None},
+}
+
+
+def _fake(value: Any, probe: Any, verb: str = "compared equal to") -> str:
+    return (
+        f"a {type(value).__qualname__} {verb} {probe!r}, which it cannot: "
+        "its comparison is not an equality"
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -23,7 +23,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry import trace
@@ -52,6 +52,7 @@ from sandbox_workers.judging.harness import (
 from sandbox_workers.judging.program import CompileFailure, Program
 from sandbox_workers.judging.scoring import Budget
 from sandbox_workers.languages import utf8
+from sandbox_workers.languages.native import EXIT_CALLED_STATUS
 from sandbox_workers.sandbox import (
     DEFAULT_BACKSTOP,
     ExecRequest,
@@ -305,11 +306,14 @@ class SuiteRunner:
         _harness_test_spans(span, run.outcomes, started_ns, ended_ns)
         return run
 
-    async def program_tests(self, programs: Sequence[ProgramTest]) -> SuiteRun:
+    async def program_tests(
+        self, programs: Sequence[ProgramTest], *, end_marker: str | None = None
+    ) -> SuiteRun:
         """Each test is a whole program that passes by exiting cleanly.
 
         Items may be callables that build the program on demand, so a stopped or
-        out-of-time suite does not compile the rest.
+        out-of-time suite does not compile the rest. With ``end_marker``, a test
+        passes only when its stderr ends with it too (see ``Language.mark_tests_end``).
         """
         run = SuiteRun()
         for index, item in enumerate(programs):
@@ -321,16 +325,20 @@ class SuiteRunner:
                 judged = Judged(Verdict.COMPILE_ERROR, 0.0, program.message[:300])
                 run.outcomes.append(_outcome(index, judged, None))
             else:
-                run.outcomes.append(await self._program_test(program, index, run))
+                run.outcomes.append(await self._program_test(program, index, run, end_marker))
             if self._stop and run.outcomes[-1].verdict is not Verdict.ACCEPTED:
                 break
         return run
 
-    async def _program_test(self, program: Program, index: int, run: SuiteRun) -> TestOutcome:
+    async def _program_test(
+        self, program: Program, index: int, run: SuiteRun, end_marker: str | None
+    ) -> TestOutcome:
         request = self._test_request(program)
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
             result = await self._sandbox.execute(request)
+            if end_marker is not None:
+                result = _without_end_marker(result, end_marker)
             judged = _program_verdict(result)
             _mark_test(span, judged.verdict, judged.message)
         self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
@@ -352,6 +360,23 @@ def _harness_wall_s(backstop: WallBackstop, count: int, test_s: float, budget_s:
     per_test = test_s + backstop.wall_s(test_s)
     tests = min(count * per_test, backstop.factor * budget_s + per_test)
     return backstop.wall_s(_HARNESS_STARTUP_S) + tests
+
+
+def _without_end_marker(result: ExecResult, marker: str) -> ExecResult:
+    """The result with the marker cut out of its stderr; not ``ok`` if the marker was missing.
+
+    The marker is a worker secret: it never reaches a RewardEvent's stderr tail.
+    """
+    # Anywhere, not only last: the program's own destructors or threads may write after
+    # it, and a program cannot print it (it does not know it).
+    needle = utf8(marker)
+    stderr = result.stderr.replace(needle + b"\n", b"").replace(needle, b"")
+    if len(stderr) < len(result.stderr):
+        return replace(result, stderr=stderr)
+    if failure_verdict(result) is not None:
+        return replace(result, stderr=stderr)
+    message = b"\nexit called during the tests (their main did not return)\n"
+    return replace(result, exit_code=EXIT_CALLED_STATUS, stderr=stderr + message)
 
 
 def _program_verdict(result: ExecResult) -> Judged:

@@ -14,6 +14,7 @@ mounted.
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ __all__ = [
     "Language",
     "Launch",
     "Toolchain",
+    "byte_list",
+    "masked_marker",
     "probe_version",
     "read_only",
     "resolve_binary",
@@ -122,6 +125,12 @@ class Language(abc.ABC):
     extension: ClassVar[str]
     # "rows": stdout is a result set, compared row by row (SQL); else text.
     output_kind: ClassVar[str] = "text"
+    # Put between the program and the test code of a compiled assert suite (they are one
+    # source file, the program first): undoes what a program could do to the tests.
+    test_prelude: ClassVar[str] = ""
+    # Added to the compile command of such a suite only (never of a stdin/stdout program,
+    # which may exit as it likes): the link flags the prelude's exit guard needs.
+    test_compile_args: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def discover(self, state_dir: Path) -> Toolchain | None:
@@ -150,9 +159,39 @@ class Language(abc.ABC):
         del source
         return utf8(test_input), {}
 
+    def mark_tests_end(self, tests: str, marker: str) -> str | None:
+        """Compiled assert-suite test code that prints ``marker`` on stderr after its main returns.
+
+        Catches exits that no wrapper sees (a system call, an exec): a test then passes only
+        when it exits 0 *and* the marker is in its stderr. None (the default): no marker is
+        expected.
+        """
+        del tests, marker
+        return None
+
     @abc.abstractmethod
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         """The command that runs ``entry`` (a script, a binary, a class)."""
+
+
+def masked_marker(marker: str) -> tuple[bytes, bytes]:
+    """``"\\n<marker>\\n"`` XORed with a key drawn from the marker, and that key.
+
+    Test code XORs the two back together after the tests' main returned and prints the
+    result, so neither the binary nor the class file holds the marker as text for a
+    program to read out of itself and print. Obfuscation, not secrecy: a program that
+    knows this scheme can undo it (nothing inside the program's own process is secret
+    from it); one that searches itself for a marker-shaped string finds none.
+    """
+    text = f"\n{marker}\n".encode("ascii")
+    key = hashlib.shake_256(b"rewardbus tests-end mask\0" + text).digest(len(text))
+    return bytes(a ^ b for a, b in zip(text, key, strict=True)), key
+
+
+def byte_list(data: bytes, *, signed: bool = False) -> str:
+    """``data`` as comma-separated integers, for an array literal in test code (``signed``:
+    -128..127, Java's byte)."""
+    return ",".join(str(byte - 256 if signed and byte > 127 else byte) for byte in data)
 
 
 def utf8(text: str) -> bytes:

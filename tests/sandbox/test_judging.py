@@ -369,6 +369,100 @@ async def test_mbpp_cases_are_scored_separately(executor: Executor) -> None:
     assert event.score == pytest.approx(2 / 3)
 
 
+# Reward hacks on Python assert suites: the tests compare the program's value in its own
+# process, so a value whose comparison is not an equality passed every `==` assert.
+_EQUALITY_HACKS = {
+    "eq-always-true": "class A:\n    def __eq__(self, other):\n        return True\n"
+    "def total(xs):\n    return A()\n",
+    "int-subclass": "class I(int):\n    __eq__ = lambda self, other: True\n"
+    "    __hash__ = int.__hash__\ndef total(xs):\n    return I(7)\n",
+    "eq-true-for-its-types": "class A:\n    def __eq__(self, other):\n"
+    "        return isinstance(other, (int, float, list, str))\n"
+    "def total(xs):\n    return A()\n",
+    "ne-always-false": "class A:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+    "def total(xs):\n    return A()\n",
+}
+# Each form of comparison the guard covers, in cases of their own.
+_FORMS_SUITE = AssertSuite(
+    cases=[
+        "assert candidate([1, 2]) == 3",
+        "assert not (candidate([]) != 0)",
+        "assert candidate([4]) in (4, 5)",
+        "assert not (candidate([1]) not in (1, 7))",
+    ],
+    entry_point="total",
+)
+_CONTAINER_SUITE = AssertSuite(
+    cases=["assert 2 in candidate([1, 2, 3])", "assert not (4 not in candidate([3, 4]))"],
+    entry_point="evens",
+)
+
+
+# HumanEval's shape for float answers.
+_TOLERANCE_SUITE = AssertSuite(
+    code="def check(candidate):\n    assert abs(candidate([1.0, 2.0]) - 1.5) < 1e-6\n",
+    entry_point="mean",
+)
+_TOLERANCE_HACKS = {
+    "sub-always-zero": "class Z:\n    __sub__ = lambda s, o: 0\n    __rsub__ = __sub__\n"
+    "def mean(xs):\n    return Z()\n",
+    "lt-always-true": "class L:\n    __sub__ = lambda s, o: s\n    __abs__ = lambda s: s\n"
+    "    __lt__ = lambda s, o: True\ndef mean(xs):\n    return L()\n",
+    # The tests' abs() answered by the program's own.
+    "shadowed-abs": "abs = lambda x: 0\ndef mean(xs):\n    return 7.0\n",
+}
+
+
+@pytest.mark.parametrize("hack", _TOLERANCE_HACKS.values(), ids=_TOLERANCE_HACKS.keys())
+async def test_a_value_that_fakes_a_tolerance_check_does_not_pass_it(
+    executor: Executor, hack: str
+) -> None:
+    assert await judge(executor, hack, _TOLERANCE_SUITE) == [WA]
+    honest = "from fractions import Fraction\ndef mean(xs):\n    return Fraction(3, 2)\n"
+    assert await judge(executor, honest, _TOLERANCE_SUITE) == [AC]
+
+
+@pytest.mark.parametrize("hack", _EQUALITY_HACKS.values(), ids=_EQUALITY_HACKS.keys())
+async def test_a_value_that_equals_anything_does_not_pass_the_asserts(
+    executor: Executor, hack: str
+) -> None:
+    event = await executor.run(run(executor, hack, HUMANEVAL))
+    assert (event.verdict, event.score) == (WA, 0.0), event
+    assert "is not an equality" in event.tests[0].message
+
+
+async def test_the_comparisons_guard_each_form_of_the_tests(executor: Executor) -> None:
+    """==, !=, in and not in, each on its own: the hack fails every one, honest code none."""
+    hack = _EQUALITY_HACKS["ne-always-false"]
+    honest = "def total(xs):\n    return sum(xs)\n"
+    for code, verdicts in ((hack, [WA] * 4), (honest, [AC] * 4)):
+        assert await judge(executor, code, _FORMS_SUITE) == verdicts, code
+    # A container of the program's that holds everything.
+    hack = "class C(list):\n    __contains__ = lambda s, o: True\ndef evens(xs):\n    return C()\n"
+    honest = "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n"
+    for code, verdicts in ((hack, [WA] * 2), (honest, [AC] * 2)):
+        assert await judge(executor, code, _CONTAINER_SUITE) == verdicts, code
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from fractions import Fraction\ndef total(xs):\n    return Fraction(sum(xs), 1)\n",
+        "from decimal import Decimal\ndef total(xs):\n    return Decimal(sum(xs))\n",
+        "class I(int):\n    pass\ndef total(xs):\n    return I(sum(xs))\n",
+        # A class of its own whose equality is honest (it compares the value).
+        "class Money:\n    def __init__(self, v):\n        self.v = v\n"
+        "    def __eq__(self, other):\n        return self.v == other\n"
+        "def total(xs):\n    return Money(sum(xs))\n",
+        "import collections\nP = collections.namedtuple('P', 'n')\n"
+        "def total(xs):\n    return P(sum(xs))[0]\n",
+    ],
+    ids=["fraction", "decimal", "int-subclass", "honest-class", "namedtuple-item"],
+)
+async def test_honest_values_of_other_types_still_pass(executor: Executor, code: str) -> None:
+    assert await judge(executor, code, HUMANEVAL) == [AC]
+
+
 async def test_javascript_assert_suite(executor: Executor) -> None:
     suite = AssertSuite(
         code="const assert = require('node:assert');\n",
@@ -389,6 +483,240 @@ async def test_compiled_assert_suite_multipl_e_style(executor: Executor) -> None
     bad = "int add(int a, int b) { return a * b; }\n"
     assert await judge(executor, good, suite, language="cpp") == [AC]
     assert await judge(executor, bad, suite, language="cpp") == [WA]
+
+
+@pytest.mark.parametrize(
+    ("language", "header", "hack"),
+    [
+        ("cpp", "<cassert>", "#define NDEBUG\n#include <cassert>\n"),
+        ("cpp", "<cassert>", "#include <cassert>\n#undef assert\n#define assert(x) ((void)0)\n"),
+        ("c", "<assert.h>", "#define NDEBUG\n#include <assert.h>\n"),
+        ("c", "<assert.h>", "#define assert(x) 0\n"),
+    ],
+    ids=["cpp-ndebug", "cpp-assert-macro", "c-ndebug", "c-assert-macro"],
+)
+async def test_a_program_cannot_switch_off_the_asserts_that_judge_it(
+    executor: Executor, language: str, header: str, hack: str
+) -> None:
+    """A reward hack: the program comes first in the translation unit, so a program
+    that defines NDEBUG (or its own assert) would turn every test into a pass."""
+    suite = AssertSuite(
+        code=f"#include {header}\n"
+        "int main(void) {\n  assert(add(2, 3) == 5);\n  assert(add(-1, 1) == 0);\n}\n"
+    )
+    bad = f"{hack}int add(int a, int b) {{ return a * b; }}\n"
+    assert await judge(executor, bad, suite, language=language) == [WA]
+
+
+async def test_a_rust_program_cannot_shadow_the_assert_macros_that_judge_it(
+    executor: Executor,
+) -> None:
+    suite = AssertSuite(
+        code="fn main() {\n    assert_eq!(add(2, 3), 5);\n    assert!(add(-1, 1) == 0);\n"
+        "    assert_ne!(add(1, 1), 1);\n}\n"
+    )
+    good = "fn add(a: i32, b: i32) -> i32 { a + b }\n"
+    shadowing = "".join(
+        f"macro_rules! {name} {{ ($($t:tt)*) => {{}} }}\n"
+        for name in ("assert", "assert_eq", "assert_ne")
+    )
+    bad = f"fn add(a: i32, b: i32) -> i32 {{ a * b }}\n{shadowing}"
+    assert await judge(executor, good, suite, language="rust") == [AC]
+    assert await judge(executor, bad, suite, language="rust") == [WA]
+
+
+_C_ADD_SUITE = AssertSuite(
+    code="#include <assert.h>\nint main(void) {\n  assert(add(2, 3) == 5);\n}\n"
+)
+_RUST_ADD_SUITE = AssertSuite(code="fn main() {\n    assert_eq!(add(2, 3), 5);\n}\n")
+_GO_ADD_SUITE = AssertSuite(code='func main() {\n  if add(2, 3) != 5 { panic("wrong") }\n}\n')
+# MultiPL-E's Java shape: the program opens the class, the tests' main closes it.
+_JAVA_ADD_SUITE = AssertSuite(
+    code="public static void main(String[] args) {\n  assert add(2, 3) == 5;\n}\n}\n"
+)
+_JAVA_CLASS = "class Problem {\n"
+# Print every run of 32 hex digits (the marker's shape) found in its own executable,
+# then exit 0 with a raw system call.
+_C_PRINT_MARKERS_IN_BINARY = r"""#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int add(int a, int b) {
+  static char image[1 << 24];
+  int fd = open("/proc/self/exe", O_RDONLY);
+  long size = 0, got;
+  while ((got = read(fd, image + size, sizeof image - size)) > 0) size += got;
+  for (long i = 0, run = 0; i < size; i++) {
+    run = isxdigit((unsigned char)image[i]) && !isupper((unsigned char)image[i]) ? run + 1 : 0;
+    if (run == 32 && (i + 1 == size || !isxdigit((unsigned char)image[i + 1])))
+      dprintf(2, "\n%.32s\n", image + i - 31);
+  }
+  syscall(SYS_exit_group, 0);
+  return 0;
+}
+"""
+_GO_PRINT_MARKERS_IN_BINARY = """package main
+import ("os"; "regexp"; "syscall")
+func add(a, b int) int {
+  image, _ := os.ReadFile("/proc/self/exe")
+  // Go packs its strings with no separator: every 32-digit window of every hex run.
+  for _, run := range regexp.MustCompile("[0-9a-f]{32,96}").FindAll(image, -1) {
+    for i := 0; i+32 <= len(run); i++ {
+      os.Stderr.WriteString("\\n" + string(run[i:i+32]) + "\\n")
+    }
+  }
+  syscall.Exit(0)
+  return 0
+}
+"""
+_JAVA_PRINT_MARKERS_IN_CLASS = f"""{_JAVA_CLASS}static int add(int a, int b) {{
+  try (java.io.InputStream in = Problem.class.getResourceAsStream("Problem.class")) {{
+    String image = new String(in.readAllBytes(), java.nio.charset.StandardCharsets.ISO_8859_1);
+    java.util.regex.Pattern hex = java.util.regex.Pattern.compile("[0-9a-f]{{32}}");
+    java.util.regex.Matcher found = hex.matcher(image);
+    while (found.find()) System.err.println("\\n" + found.group() + "\\n");
+  }} catch (java.io.IOException e) {{ throw new RuntimeException(e); }}
+  Runtime.getRuntime().halt(0);
+  return 0;
+}}
+"""
+_EXIT_HACKS = {
+    "c-exit-in-function": ("c", "#include <stdlib.h>\nint add(int a, int b) { exit(0); }\n"),
+    "c-exit-status-1": ("c", "#include <stdlib.h>\nint add(int a, int b) { exit(1); }\n"),
+    "c-constructor-_exit": (
+        "c",
+        "#include <unistd.h>\n__attribute__((constructor)) static void h(void) { _exit(0); }\n"
+        "int add(int a, int b) { return a * b; }\n",
+    ),
+    "c-pthread_exit": ("c", "#include <pthread.h>\nint add(int a, int b) { pthread_exit(0); }\n"),
+    "cpp-std-exit": ("cpp", "#include <cstdlib>\nint add(int a, int b) { std::exit(0); }\n"),
+    "cpp-static-_Exit": (
+        "cpp",
+        "#include <cstdlib>\nstatic int h = (std::_Exit(0), 0);\n"
+        "int add(int a, int b) { return a * b; }\n",
+    ),
+    "cpp-quick_exit": (
+        "cpp",
+        "#include <cstdlib>\nint add(int a, int b) { std::quick_exit(0); }\n",
+    ),
+    "rust-process-exit": ("rust", "fn add(_a: i32, _b: i32) -> i32 { std::process::exit(0) }\n"),
+    "c-raw-exit_group": (
+        "c",
+        "#include <unistd.h>\n#include <sys/syscall.h>\n"
+        "int add(int a, int b) { syscall(SYS_exit_group, 0); return 0; }\n",
+    ),
+    "rust-raw-exit_group": (
+        "rust",
+        'extern "C" { fn syscall(n: i64, ...) -> i64; }\n'
+        "fn add(_a: i32, _b: i32) -> i32 { unsafe { syscall(231, 0i64); } 0 }\n",
+    ),
+    # libc's real exit, reached around the linker's redirection: destructors still run.
+    "c-__real_exit": (
+        "c",
+        "extern void __real_exit(int);\nint add(int a, int b) { __real_exit(0); }\n",
+    ),
+    "cpp-dlsym-exit": (
+        "cpp",
+        "#include <dlfcn.h>\nint add(int a, int b) {\n"
+        '  reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "exit"))(0);\n}\n',
+    ),
+    "rust-__real_exit": (
+        "rust",
+        'extern "C" { fn __real_exit(status: i32) -> !; }\n'
+        "fn add(_a: i32, _b: i32) -> i32 { unsafe { __real_exit(0) } }\n",
+    ),
+    # Find the marker in its own binary, print it, and leave.
+    "c-marker-read-from-the-binary": ("c", _C_PRINT_MARKERS_IN_BINARY),
+    "go-marker-read-from-the-binary": ("go", _GO_PRINT_MARKERS_IN_BINARY),
+    "java-marker-read-from-the-class-file": ("java", _JAVA_PRINT_MARKERS_IN_CLASS),
+    "go-init-os-exit": (
+        "go",
+        'package main\nimport "os"\nfunc init() { os.Exit(0) }\n'
+        "func add(a, b int) int { return a * b }\n",
+    ),
+    "go-os-exit-in-function": (
+        "go",
+        'package main\nimport "os"\nfunc add(a, b int) int { os.Exit(0); return 0 }\n',
+    ),
+    "go-syscall-exit": (
+        "go",
+        'package main\nimport "syscall"\nfunc add(a, b int) int { syscall.Exit(0); return 0 }\n',
+    ),
+    "java-system-exit": (
+        "java",
+        f"{_JAVA_CLASS}static int add(int a, int b) {{ System.exit(0); return 0; }}\n",
+    ),
+    "java-static-halt": (
+        "java",
+        f"{_JAVA_CLASS}static {{ Runtime.getRuntime().halt(0); }}\n"
+        "static int add(int a, int b) { return a * b; }\n",
+    ),
+}
+_EXIT_GOOD = {
+    "c": "int add(int a, int b) { return a + b; }\n",
+    # A program of its own `write` and threads: the guard must not clash with either.
+    "cpp": "#include <thread>\nint write(int x) { return x; }\n"
+    "int add(int a, int b) { int s = 0; std::thread t([&] { s = a + b; }); t.join(); return s; }\n",
+    "rust": "fn write() {}\nfn add(a: i32, b: i32) -> i32 {\n"
+    "    std::thread::spawn(move || a + b).join().unwrap()\n}\n",
+    # Its own init and output on stderr after the tests' main must not hide the marker.
+    "go": 'package main\nimport "os"\nfunc init() { os.Stderr.WriteString("init\\n") }\n'
+    "func add(a, b int) int { return a + b }\n",
+    "java": f"{_JAVA_CLASS}static int add(int a, int b) {{ return a + b; }}\n",
+}
+
+
+def _exit_suite(language: str) -> AssertSuite:
+    suites = {"rust": _RUST_ADD_SUITE, "go": _GO_ADD_SUITE, "java": _JAVA_ADD_SUITE}
+    return suites.get(language, _C_ADD_SUITE)
+
+
+@pytest.mark.parametrize(("language", "hack"), _EXIT_HACKS.values(), ids=_EXIT_HACKS.keys())
+async def test_a_program_cannot_exit_before_the_asserts_that_judge_it(
+    executor: Executor, language: str, hack: str
+) -> None:
+    """A reward hack: a compiled assert suite passes when its process exits 0, so a
+    program exiting (with any status) before the asserts ran would pass them all."""
+    event = await executor.run(
+        Completion(
+            sample_id="s", language=language, code=hack, tests=_exit_suite(language), limits=LIMITS
+        )
+    )
+    assert (event.verdict, event.score) == (RE, 0.0)
+    assert "exit called during the tests" in event.message
+    assert "exit called during the tests" in event.stderr_tail
+
+
+@pytest.mark.parametrize("language", _EXIT_GOOD)
+async def test_the_exit_guard_keeps_good_programs_passing(
+    executor: Executor, language: str
+) -> None:
+    good = _EXIT_GOOD[language]
+    assert await judge(executor, good, _exit_suite(language), language=language) == [AC]
+
+
+async def test_the_tests_end_marker_stays_out_of_the_reward(
+    executor: Executor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Go tests pass by printing the worker's secret marker: no RewardEvent may carry it."""
+    marker_file = tmp_path_factory.getbasetemp() / "executor-cache" / "tests-end-marker"
+    marker = marker_file.read_text(encoding="ascii")
+    event = await executor.run(
+        Completion(
+            sample_id="s", language="go", code=_EXIT_GOOD["go"], tests=_GO_ADD_SUITE, limits=LIMITS
+        )
+    )
+    assert event.verdict is AC
+    assert "init" in event.stderr_tail
+    assert marker not in event.stderr_tail + event.stdout_tail + event.message
+
+
+async def test_a_stdin_program_may_still_exit_itself(executor: Executor) -> None:
+    """Only assert suites are guarded: a stdin/stdout program may end with exit(0)."""
+    code = '#include <stdio.h>\n#include <stdlib.h>\nint main(void) { puts("7"); exit(0); }\n'
+    assert await judge(executor, code, IoSuite(inputs=[""], outputs=["7"]), language="c") == [AC]
 
 
 # --- special judges -------------------------------------------------------------------

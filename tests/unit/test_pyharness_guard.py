@@ -1,0 +1,170 @@
+"""The Python assert harness's comparison guard, in process (the sandbox tests run it jailed).
+
+The tests' single ``==``, ``!=``, ``in`` and ``not in`` are compiled to calls of
+``_compare``: it must keep what the comparison returns, leave plain data alone, and
+fail only a value that also equals what it cannot equal.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from sandbox_workers.judging import pyharness as harness
+
+
+def _run(code: str, **names: Any) -> dict[str, Any]:
+    namespace = {**names, harness._GUARD: harness._compare}
+    exec(harness._compile_tests(code, "tests.py"), namespace)
+    return namespace
+
+
+class _AlwaysEqual:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class _Ambiguous:
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value of an array is ambiguous")
+
+
+class _Elementwise:
+    """An array-like whose == returns an array of results, which has no truth (numpy's)."""
+
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return _Ambiguous()
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        (1, True),
+        ("a", True),
+        (None, True),
+        ([1, (2.0, "x"), {3: [b"y"]}], True),
+        (frozenset({1, 2}), True),
+        ([1, Fraction(1, 2)], False),
+        ({"a": object()}, False),
+        (True, True),
+    ],
+)
+def test_plain_data_is_builtin_scalars_and_containers_of_them(value: Any, plain: bool) -> None:
+    assert harness._plain(value) is plain
+
+
+def test_a_container_holding_itself_is_not_plain_and_does_not_recurse_forever() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    assert harness._plain(loop) is False
+
+
+def test_the_tests_comparisons_keep_their_results() -> None:
+    found = _run(
+        "a = x == 2\nb = x != 2\nc = x in (1, 2)\nd = x not in [2]\ne = y == 5\nf = 1 < x < 3\n",
+        x=2,
+        y=_Elementwise(),
+    )
+    assert (found["a"], found["b"], found["c"], found["d"]) == (True, False, True, False)
+    assert type(found["e"]) is _Ambiguous  # not turned into a bool
+    assert found["f"] is True  # chained comparisons are left as written
+
+
+def test_a_value_equal_to_anything_fails_the_comparison_that_trusts_it() -> None:
+    with pytest.raises(harness._NotAnEquality, match="its comparison is not an equality"):
+        _run("assert got == 6\n", got=_AlwaysEqual())
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert 6 == got\n", got=_AlwaysEqual())  # either side
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert [6] == got\n", got=[_AlwaysEqual()])  # inside a list
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert got == [1, 2, 3]\n", got=[1, _AlwaysEqual(), 3])  # at any place
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert got == {'a': 1, 'b': 2}\n", got={"a": 1, "b": _AlwaysEqual()})
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert got in [1, 2]\n", got=_AlwaysEqual())
+    with pytest.raises(harness._NotAnEquality):
+        _run("assert (2, got) in [(1, 1), (2, 2)]\n", got=_AlwaysEqual())
+
+
+def test_honest_values_of_other_types_are_left_alone() -> None:
+    _run("assert got == 0.5\nassert got != 1\nassert got in [0.5]\n", got=Fraction(1, 2))
+    with pytest.raises(AssertionError):
+        _run("assert got == 1\n", got=Fraction(1, 2))  # an honest inequality
+
+
+def test_the_expected_value_changed_catches_an_equality_that_checks_only_types() -> None:
+    class SameType:
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, int)
+
+        __hash__ = object.__hash__
+
+    with pytest.raises(harness._NotAnEquality, match="compared equal to 7"):
+        _run("assert got == 6\n", got=SameType())
+
+
+def test_an_ordering_true_against_nan_is_a_fake() -> None:
+    class Below:
+        def __lt__(self, other: object) -> bool:
+            return True
+
+    with pytest.raises(harness._NotAnEquality, match="is not an ordering"):
+        _run("assert got < 1e-6\n", got=Below())
+    _run("assert got < 1\nassert 0 <= got\n", got=Fraction(1, 2))  # honest
+
+
+def test_a_difference_that_ignores_what_is_subtracted_is_a_fake() -> None:
+    class Zero:
+        def __sub__(self, other: object) -> int:
+            return 0
+
+        def __rsub__(self, other: object) -> int:
+            return 0
+
+    with pytest.raises(harness._NotAnEquality, match="is not a subtraction"):
+        _run("assert abs(got - 2.5) < 1e-6\n", got=Zero())
+    with pytest.raises(harness._NotAnEquality, match="is not a subtraction"):
+        _run("assert abs(2.5 - got) < 1e-6\n", got=Zero())
+    found = _run("d = got - 2\nassert abs(got - 0.5) < 1e-6\n", got=Fraction(1, 2))  # honest
+    assert found["d"] == Fraction(-3, 2)
+    assert _run("d = 7 - 2\n")["d"] == 5
+
+
+def test_the_guard_is_found_from_a_class_of_the_tests() -> None:
+    """unittest-style tests: a class body mangles `__names`; the guard's name is not one."""
+    code = (
+        "class TestTotal:\n"
+        "    def test(self):\n"
+        "        assert f(1) == 2\n"
+        "        assert [f(2)] == [4]\n"
+        "TestTotal().test()\n"
+    )
+    _run(code, f=lambda x: 2 * x)
+    with pytest.raises(harness._NotAnEquality):
+        _run(code, f=lambda x: _AlwaysEqual())
+
+
+def test_with_an_entry_point_the_tests_builtins_are_the_real_ones() -> None:
+    """HumanEval's tests reach the program only through `candidate`: a program's own
+    `abs` (or `len`, `sum`) must not answer for the builtin the tests call."""
+    code = "assert abs(candidate(1) - 2.5) < 1e-6\n"
+    names = {"candidate": lambda x: 7.0, "abs": lambda x: 0}  # the program's abs
+    with pytest.raises(AssertionError):
+        exec(harness._compile_tests(code, "t", True), {**names, **_injected()})
+    exec(harness._compile_tests(code, "t", False), {**names, **_injected()})  # MBPP: as written
+    # A name the tests bind themselves is theirs.
+    own = "def abs(x):\n    return 0\nassert abs(candidate(1) - 2.5) < 1e-6\n"
+    exec(harness._compile_tests(own, "t", True), {**names, **_injected()})
+
+
+def _injected() -> dict[str, Any]:
+    import builtins
+
+    return {harness._GUARD: harness._compare, harness._BUILTINS: builtins}
