@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import secrets
 import tempfile
 import time
 import weakref
@@ -60,6 +61,7 @@ __all__ = ["Executor", "ExecutorConfig", "ExecutorError", "InvalidCompletion"]
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
+_MARKER_CHARS = 32
 
 
 class ExecutorError(SandboxWorkerError):
@@ -130,6 +132,7 @@ class Executor:
         self._builder = Builder(
             sandbox, self._cache, message_bytes=config.message_bytes, backstop=config.backstop
         )
+        self._end_marker = _end_marker(state_dir)
 
     async def aclose(self) -> None:
         """Release the sandbox (its warm zygotes and cgroups); no execution may be running."""
@@ -281,17 +284,30 @@ class Executor:
         self, runner: SuiteRunner, task: _Task, suite: AssertSuite
     ) -> _Judgement:
         # MultiPL-E style: the test code (with its own main) follows the program.
-        sources = [f"{task.source}\n{suite.code}\n{case}\n" for case in suite.cases or [""]]
+        language = task.language
+        tests = [f"{language.test_prelude}{suite.code}\n{case}\n" for case in suite.cases or [""]]
+        marked = [language.mark_tests_end(text, self._end_marker) for text in tests]
+        # One suite, one test code shape: marked all (the marker is expected) or none.
+        end_marker = self._end_marker if all(m is not None for m in marked) else None
+        if end_marker is not None:
+            tests = [m for m in marked if m is not None]
+        sources = [f"{task.source}\n{text}" for text in tests]
 
         def builder(text: str) -> Callable[[], Awaitable[Program | CompileFailure]]:
-            return lambda: self._builder.build(task.language, task.toolchain, text, task.limits)
+            return lambda: self._builder.build(
+                language, task.toolchain, text, task.limits, extra_args=language.test_compile_args
+            )
 
         if len(sources) == 1:
             program = await builder(sources[0])()
             if isinstance(program, CompileFailure):
                 return _Judgement(Verdict.COMPILE_ERROR, program.message)
-            return _Judgement(run=await runner.program_tests([program]))
-        return _Judgement(run=await runner.program_tests([builder(text) for text in sources]))
+            return _Judgement(run=await runner.program_tests([program], end_marker=end_marker))
+        return _Judgement(
+            run=await runner.program_tests(
+                [builder(text) for text in sources], end_marker=end_marker
+            )
+        )
 
     def _event(
         self,
@@ -384,6 +400,27 @@ def _source(completion: Completion, language: Language) -> str | None:
     if completion.response:
         return extract_code(completion.response, language.name)
     return None
+
+
+def _end_marker(state_dir: Path) -> str:
+    """This worker's secret end-of-tests marker (``Language.mark_tests_end``).
+
+    Secret, so a program cannot print it and exit; kept in the state directory, so
+    programs compiled with it stay cached across restarts. Two workers racing to
+    create it only cost each other cache misses: the marker is part of the source.
+    """
+    path = state_dir / "tests-end-marker"
+    try:
+        marker = path.read_text(encoding="ascii").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        marker = ""
+    if len(marker) != _MARKER_CHARS:
+        marker = secrets.token_hex(_MARKER_CHARS // 2)
+        staged = path.with_name(f"{path.name}.{secrets.token_hex(4)}")
+        staged.touch(mode=0o600)
+        staged.write_text(marker, encoding="ascii")
+        staged.replace(path)
+    return marker
 
 
 def _same_python(toolchain: Toolchain) -> bool:

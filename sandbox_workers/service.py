@@ -56,6 +56,7 @@ from kafkaio import (
     partition_lags,
     running,
     send_with_retries,
+    wait_for_topics,
 )
 from sandbox_workers.attempts import AttemptLedger, SuspectGate
 from sandbox_workers.errors import SandboxWorkerError
@@ -126,6 +127,9 @@ class WorkerConfig:
     # machine, so static members get a longer one (and a dead one fails over that late).
     static_session_timeout_ms: int = 30_000
     heartbeat_interval_ms: int = 500
+    # How long a starting worker waits for its topics to exist (a deployment creates
+    # them in a job that may finish after the workers start); then TopicNotFound.
+    topic_wait_s: float = 120.0
     produce_retry_backoff_s: float = 0.5
     # Retriable produce errors are retried this often before the input is dead-lettered.
     produce_attempts: int = 20
@@ -233,6 +237,7 @@ class _Worker:
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
+        await self._await_topics()
         async with running(self.producer), contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.metrics)  # its gauges live as long as the worker
             self.problems = await stack.enter_async_context(
@@ -262,6 +267,20 @@ class _Worker:
             await self._consume(shutdown, ready)
         if self.failure is not None:
             raise self.failure
+
+    async def _await_topics(self) -> None:
+        """Until the topics it reads exist: a member that subscribes to a topic not in
+        the cluster yet is assigned nothing until its next metadata refresh (minutes),
+        which is how a deployment's workers started beside its topic job sat idle."""
+        t = self.kafka.topics
+        names = [t.completions, t.problems, t.rewards, t.dlq]
+        if self.config.result_cache_bytes > 0:
+            names.append(t.result_cache)
+        if self.config.quarantine_after > 0:
+            names.append(t.attempts)
+        admin = self.clients.admin()
+        async with running(admin):
+            await wait_for_topics(admin, names, timeout_s=self.config.topic_wait_s)
 
     async def _consume(self, shutdown: Awaitable[None], ready: asyncio.Event | None) -> None:
         await self.consumer.start()

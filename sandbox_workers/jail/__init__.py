@@ -7,6 +7,11 @@ uid; a seccomp filter; a scrubbed environment; capped output; on timeout the
 whole pid namespace is killed and reaped. The per-process layers live in C
 (``sandbox_workers/native``), compiled once into the ``rbjail`` launcher and into
 ``librbjail.so`` for forked children of a warm interpreter.
+
+Warm pools (:mod:`sandbox_workers.pool`) are wired in here
+(:mod:`.zygotes`): the jail imports the pool, never the other way round.
+:class:`PoolConfig` lives with the pool and is re-exported here, as part of
+:class:`JailConfig`.
 """
 
 from sandbox_workers.jail.build import Binaries, BuildError, build
@@ -17,11 +22,11 @@ from sandbox_workers.jail.config import (
     IsolationUnavailable,
     JailConfig,
     LayerStatus,
-    PoolConfig,
 )
 from sandbox_workers.jail.detect import detect_layers
 from sandbox_workers.jail.jail_sandbox import JailSandbox
 from sandbox_workers.jail.layers import LayerLibrary, load_layers
+from sandbox_workers.pool.config import PoolConfig
 
 __all__ = [
     "ALL_LAYERS",

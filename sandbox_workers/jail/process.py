@@ -5,7 +5,9 @@ slot. Per execution it forks a supervisor that is born inside the slot's
 cgroups (moving a process into a cgroup can cost a full RCU grace period, ~10
 ms on cgroup v1) and answers with a pidfd for it.
 
-A :class:`Launch` is one execution, watched through file descriptors the loop
+A :class:`Launch` is one execution, started by any
+:class:`~sandbox_workers.pool.SupervisorSpawner` (a slot's :class:`Spawner`, or a
+warm zygote standing in for one) and watched through file descriptors the loop
 already multiplexes: the supervisor's pidfd (exit), the stdout/stderr pipes
 (read with a cap), the stdin pipe (written as the program reads) and a
 SOCK_SEQPACKET status socket over which the jail's init reports "ready" (with an
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox_workers.pool.slot import SupervisorSpawner
 from sandbox_workers.sandbox import SandboxFault
 
 __all__ = ["JailReport", "Launch", "Spawner", "monotonic_ms"]
@@ -321,7 +324,7 @@ class Launch:
         self._stdin = _Feeder(self._loop, in_w, stdin) if in_w >= 0 else None
         self._loop.add_reader(self._status.fileno(), self._drain_status)
 
-    async def start(self, spawner: Spawner, options: Sequence[str]) -> None:
+    async def start(self, spawner: SupervisorSpawner, options: Sequence[str]) -> None:
         """Have ``spawner`` fork this execution's supervisor."""
         try:
             self._pidfd = await spawner.spawn(options, self._child_fds)

@@ -29,9 +29,15 @@ standard modules judged programs use already imported and its heap frozen
   death by SIGINT after an unhandled KeyboardInterrupt).
 
 The worker drives it through the same :class:`~sandbox_workers.jail.process.Launch`
-as a cold execution (the zygote is a ``Spawner`` whose spawned process speaks
-the launcher's status protocol), so file placement, output capture, limits,
-cgroup accounting and result parsing are one implementation.
+as a cold execution (the zygote stands in for the slot's ``Spawner``, and its
+spawned process speaks the launcher's status protocol), so file placement,
+output capture, limits, cgroup accounting and result parsing are one
+implementation.
+
+Layering: this package never imports :mod:`sandbox_workers.jail`. What it needs
+of a jail slot is two protocols (:mod:`.slot`), and the jail wires the pool in
+(:mod:`sandbox_workers.jail.zygotes`), so the dependency goes one way only
+(``tests/unit/test_layout.py`` keeps it so).
 
 Nothing an execution does is visible to the next: its files live on tmpfs
 mounts that die with its mount namespace, its processes die with its pid
@@ -75,15 +81,21 @@ memory are shared by every program it runs, and one program's runaway
 allocation or infinite loop takes the others down.
 """
 
+from sandbox_workers.pool.config import DEFAULT_PRELOAD, PoolConfig
 from sandbox_workers.pool.pool import PoolStats, WarmPool, ZygoteStarter
 from sandbox_workers.pool.profile import PooledCommand, Profile, pooled_command, shadowed_modules
+from sandbox_workers.pool.slot import SlotCgroup, SupervisorSpawner
 from sandbox_workers.pool.zygote import ExecutionSpec, Zygote, ZygoteFault, ZygoteInfo
 
 __all__ = [
+    "DEFAULT_PRELOAD",
     "ExecutionSpec",
+    "PoolConfig",
     "PoolStats",
     "PooledCommand",
     "Profile",
+    "SlotCgroup",
+    "SupervisorSpawner",
     "WarmPool",
     "Zygote",
     "ZygoteFault",

@@ -4,7 +4,8 @@ Zygotes are grouped by :class:`~sandbox_workers.pool.profile.Profile`; at most
 ``PoolConfig.size`` exist at once, over all profiles (an idle zygote of the
 least recently used profile makes room for a new profile). Starting one is
 the :class:`~sandbox_workers.jail.JailSandbox`'s business (a ``ZygoteStarter``);
-this module never touches a process itself.
+this module never touches a process itself. It is generic in the jail's cgroup
+slot type only to hand the jail back its own zygotes' slots, fully typed.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from sandbox_workers.jail.config import PoolConfig
+from sandbox_workers.pool.config import PoolConfig
 from sandbox_workers.pool.profile import PooledCommand, Profile, pooled_command
+from sandbox_workers.pool.slot import SlotCgroup
 from sandbox_workers.pool.zygote import Zygote
 from sandbox_workers.sandbox import ExecRequest, SandboxFault
 
@@ -25,7 +28,9 @@ __all__ = ["PoolStats", "WarmPool", "ZygoteStarter"]
 
 _log = logging.getLogger(__name__)
 
-ZygoteStarter = Callable[[Profile], Awaitable[Zygote]]
+_Cgroup = TypeVar("_Cgroup", bound=SlotCgroup)
+
+ZygoteStarter = Callable[[Profile], Awaitable[Zygote[_Cgroup]]]
 
 
 @dataclass
@@ -40,13 +45,13 @@ class PoolStats:
     discarded: int = 0  # died, misbehaved, or left something in its slot
 
 
-class _Group:
+class _Group(Generic[_Cgroup]):
     """The zygotes of one profile."""
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self.idle: list[Zygote] = []
-        self.busy: set[Zygote] = set()
+        self.idle: list[Zygote[_Cgroup]] = []
+        self.busy: set[Zygote[_Cgroup]] = set()
         self.starting: set[asyncio.Task[None]] = set()
         self.retry_at = 0.0
         self.last_used = time.monotonic()
@@ -56,16 +61,16 @@ class _Group:
         return len(self.idle) + len(self.busy)
 
 
-class WarmPool:
-    """Hands out zygotes for pooled requests; see :class:`~sandbox_workers.jail.PoolConfig`."""
+class WarmPool(Generic[_Cgroup]):
+    """Hands out zygotes for pooled requests; see :class:`~sandbox_workers.pool.PoolConfig`."""
 
     def __init__(
-        self, config: PoolConfig, interpreters: frozenset[str], start: ZygoteStarter
+        self, config: PoolConfig, interpreters: frozenset[str], start: ZygoteStarter[_Cgroup]
     ) -> None:
         self._config = config
         self._interpreters = interpreters
         self._start = start
-        self._groups: dict[Profile, _Group] = {}
+        self._groups: dict[Profile, _Group[_Cgroup]] = {}
         self._closed = False
         self.stats = PoolStats()
 
@@ -73,7 +78,7 @@ class WarmPool:
         """The request as a zygote command, or None when it is not for a pooled interpreter."""
         return pooled_command(request, self._interpreters)
 
-    async def acquire(self, profile: Profile) -> Zygote | None:
+    async def acquire(self, profile: Profile) -> Zygote[_Cgroup] | None:
         """An idle zygote of ``profile`` (now busy), or None: run this request cold.
 
         A profile with no live zygote yet waits for its pre-warm starts: nothing
@@ -96,7 +101,7 @@ class WarmPool:
         self.stats.served += 1
         return zygote
 
-    def release(self, zygote: Zygote, *, reusable: bool) -> None:
+    def release(self, zygote: Zygote[_Cgroup], *, reusable: bool) -> None:
         """Take a zygote back after an execution; ``reusable``: it ended cleanly and healthy."""
         group = self._groups.get(zygote.profile)
         if group is not None:
@@ -147,13 +152,13 @@ class WarmPool:
 
     # ------------------------------------------------------------------ internals
 
-    def _group(self, profile: Profile) -> _Group:
+    def _group(self, profile: Profile) -> _Group[_Cgroup]:
         group = self._groups.get(profile)
         if group is None:
             group = self._groups[profile] = _Group(profile)
         return group
 
-    def _take_idle(self, group: _Group) -> Zygote | None:
+    def _take_idle(self, group: _Group[_Cgroup]) -> Zygote[_Cgroup] | None:
         while group.idle:
             zygote = group.idle.pop()  # the most recently used: its pages are warm
             if zygote.alive:
@@ -166,7 +171,7 @@ class WarmPool:
     def _total(self) -> int:
         return sum(group.live + len(group.starting) for group in self._groups.values())
 
-    def _make_room(self, wanted: _Group) -> bool:
+    def _make_room(self, wanted: _Group[_Cgroup]) -> bool:
         """Retire an idle zygote of the least recently used other profile; False if none."""
         others = [g for g in self._groups.values() if g is not wanted and g.idle]
         if not others:
@@ -175,7 +180,7 @@ class WarmPool:
         victim.idle.pop(0).close()  # its least recently used zygote
         return True
 
-    def _fill(self, group: _Group, target: int) -> None:
+    def _fill(self, group: _Group[_Cgroup], target: int) -> None:
         """Start zygotes in the background until the group has ``target`` (live or starting)."""
         if self._closed or time.monotonic() < group.retry_at:
             return
@@ -186,7 +191,7 @@ class WarmPool:
             group.starting.add(task)
             task.add_done_callback(functools.partial(self._started, group))
 
-    async def _start_one(self, group: _Group) -> None:
+    async def _start_one(self, group: _Group[_Cgroup]) -> None:
         try:
             zygote = await self._start(group.profile)
         except SandboxFault as exc:
@@ -204,7 +209,7 @@ class WarmPool:
         self.stats.started += 1
         group.idle.append(zygote)
 
-    def _started(self, group: _Group, task: asyncio.Task[None]) -> None:
+    def _started(self, group: _Group[_Cgroup], task: asyncio.Task[None]) -> None:
         group.starting.discard(task)
         if not task.cancelled() and task.exception() is not None:
             # A bug, not a host problem: say so loudly, and stop trying for a while.

@@ -9,8 +9,8 @@ preloads modules and says ``ready``.
 
 Running one execution: :meth:`Zygote.load` packs an :class:`ExecutionSpec`
 (``struct rbjail_pool_request``, the command line, then the interpreter's part
-as JSON); :class:`Zygote` is then a :class:`~sandbox_workers.jail.process.Spawner`
-to :class:`~sandbox_workers.jail.process.Launch`: its :meth:`Zygote.spawn`
+as JSON); :class:`Zygote` then stands where a slot's spawner would for
+:class:`~sandbox_workers.jail.process.Launch`: its :meth:`Zygote.spawn`
 hands the zygote the execution's stdio and status socket plus a memfd with the
 request (and the slot's cgroup CPU counter, on which pid 1 enforces the CPU
 time limit), and answers with a pidfd of the execution's pid 1, which speaks the
@@ -33,10 +33,10 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
-from sandbox_workers.jail.cgroups import CgroupSlot
-from sandbox_workers.jail.process import Spawner
 from sandbox_workers.pool.profile import Profile
+from sandbox_workers.pool.slot import SlotCgroup, SupervisorSpawner
 from sandbox_workers.sandbox import SandboxFault
 
 __all__ = ["ExecutionSpec", "Zygote", "ZygoteFault", "ZygoteInfo"]
@@ -44,6 +44,9 @@ __all__ = ["ExecutionSpec", "Zygote", "ZygoteFault", "ZygoteInfo"]
 _MAX_FDS = 4
 _STDERR_TAIL = 2000
 _MAX_RLIMITS = 16  # RBJAIL_POOL_MAX_RLIMITS
+
+# The jail's own cgroup slot type: what the jail gets back from ``Zygote.cgroup``.
+_Cgroup = TypeVar("_Cgroup", bound=SlotCgroup)
 
 
 class _Rlimit(ctypes.Structure):
@@ -219,7 +222,7 @@ def _parse_ready(text: str) -> ZygoteInfo:
     )
 
 
-class Zygote(Spawner):
+class Zygote(Generic[_Cgroup]):
     """A warm interpreter serving one execution at a time (see the module docstring).
 
     Built by :meth:`start`. ``release`` is called once when the zygote is
@@ -235,12 +238,11 @@ class Zygote(Spawner):
         status: socket.socket,
         supervisor_pidfd: int,
         info: ZygoteInfo,
-        cgroup: CgroupSlot | None,
+        cgroup: _Cgroup | None,
         release: Callable[[], None],
         timeout_s: float,
     ) -> None:
-        # Not Spawner.__init__, which would start an rbjail --spawner: a zygote is
-        # already running when this object is made.
+        # The zygote is already running when this object is made (see start()).
         self.profile = profile
         self.info = info
         self.cgroup = cgroup
@@ -265,14 +267,14 @@ class Zygote(Spawner):
         cls,
         *,
         profile: Profile,
-        spawner: Spawner,
-        cgroup: CgroupSlot | None,
+        spawner: SupervisorSpawner,
+        cgroup: _Cgroup | None,
         release: Callable[[], None],
         options: Sequence[str],
         library: Path,
         wait_go: bool,
         timeout_s: float,
-    ) -> Zygote:
+    ) -> Zygote[_Cgroup]:
         """Start a zygote in the slot of ``spawner``; ZygoteFault if it does not come up."""
         control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         status, status_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

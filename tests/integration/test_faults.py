@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import itertools
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from consumers import AggregatorConfig, ScoredBatches, run_aggregator
 from producers import RolloutProducer
 from rewardbus.broker import BrokerConfig, EmbeddedBroker
 from rewardbus.local import RewardWatcher
+from rewardbus.ports import free_ports
 from rewardbus.topics import await_group_members, ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.service import WorkerConfig, run_worker
@@ -266,21 +266,13 @@ class _GroupWatch:
 # -- 1. the broker stops for 10 s ------------------------------------------------------------
 
 
-def _free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-
-
 @pytest.mark.timeout(420)
 async def test_broker_stopped_for_10_s_and_restarted_on_its_data_dir_loses_nothing(
     tmp_path: Path,
 ) -> None:
     # Fixed ports: clients keep their bootstrap address across the restart, and the
     # KRaft voter (the controller's endpoint is stored in the metadata log) is unchanged.
-    port, controller = _free_ports(2)
+    port, controller = free_ports("127.0.0.1", 2)
     broker = EmbeddedBroker(
         BrokerConfig(data_dir=tmp_path / "kafka", port=port, controller_port=controller)
     )

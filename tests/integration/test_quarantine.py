@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer
 
 from producers import RolloutProducer
 from rewardbus.topics import ensure_topics
+from sandbox_workers.watchdog import EXIT_STALLED
 from schemas import Completion, DeadLetter, IoSuite, KafkaSettings, RewardEvent, decode
 
 pytestmark = pytest.mark.integration
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 SUITE = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
 QUARANTINE_AFTER = 3  # WorkerConfig's default
+STALL_S = 3.0  # the faulty workers' loop watchdog ("wedge")
 
 
 class Supervisor:
@@ -53,6 +55,7 @@ class Supervisor:
             self._kafka.topics.prefix,
             f"{self._kafka.topics.prefix}workers",
             worker_id,
+            str(STALL_S),
         ]
         with (self._log_dir / f"{worker_id}.log").open("wb") as log:
             self.live.append(Popen(argv, cwd=ROOT, stdout=log, stderr=log))
@@ -112,7 +115,7 @@ async def _poll(
     return values
 
 
-@pytest.mark.parametrize("fault", ["bug", "abort"])
+@pytest.mark.parametrize("fault", ["bug", "abort", "wedge"])
 async def test_a_completion_that_kills_its_worker_is_quarantined_after_three_deaths(
     kafka: KafkaSettings, tmp_path: Path, fault: str
 ) -> None:
@@ -140,6 +143,8 @@ async def test_a_completion_that_kills_its_worker_is_quarantined_after_three_dea
     # Exactly three workers died on it (non-zero), and no one else.
     assert len(supervisor.exits) == QUARANTINE_AFTER, supervisor.exits
     assert all(code != 0 for code in supervisor.exits)
+    if fault == "wedge":  # the watchdog ended each wedged worker, none was left hanging
+        assert set(supervisor.exits) == {EXIT_STALLED}, supervisor.exits
     rewarded = [decode(v, RewardEvent).sample_id for v in seen[t.rewards]]
     assert "poison" not in rewarded
     assert set(rewarded) == {c.sample_id for c in good}

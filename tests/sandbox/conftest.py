@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
-from sandbox_workers.jail.config import PoolConfig
+from sandbox_workers.pool import PoolConfig
 
 # Two zygotes, both started (and waited for) when the first Python request
 # arrives: the pollution test counts the worker's fds after that first request.

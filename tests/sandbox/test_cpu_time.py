@@ -21,9 +21,9 @@ import pytest
 
 from sandbox_workers import Executor, ExecutorConfig
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
-from sandbox_workers.jail.config import PoolConfig
 from sandbox_workers.judging.scoring import charge_s
 from sandbox_workers.languages import Toolchain, discover_toolchains
+from sandbox_workers.pool import PoolConfig
 from sandbox_workers.sandbox import DEFAULT_BACKSTOP, BindMount, ExecRequest, WallBackstop
 from schemas import AssertSuite, Completion, IoSuite, Limits, RewardEvent, Verdict
 from tests.sandbox.test_languages import IO, LIMITS, PROGRAMS

@@ -93,7 +93,11 @@ async def test_memory_bomb_in_a_child_process(hostile: Hostile) -> None:
 async def test_infinite_loop(hostile: Hostile) -> None:
     result = await hostile.run("while True: pass", time_s=0.5)
     assert result.timed_out and result.signal == 9
-    assert result.wall_ms < 1500
+    # Stopped by its CPU time as it reached the limit. How much wall time that took
+    # depends on the machine's load (the backstop moves back by the time it waited for
+    # a CPU), so wall time is not asserted here: test_cpu_time.py holds that.
+    assert result.timed_out_by == "cpu", result
+    assert 500 <= result.cpu_ms < 1000, result
 
 
 async def test_cpu_burning_threads_are_held_to_the_quota(hostile: Hostile) -> None:
@@ -203,7 +207,7 @@ async def test_connect_off_the_machine_fails_at_once(hostile: Hostile) -> None:
     )
     result = await hostile.run(code, time_s=5)
     assert result.stdout == b"blocked 101\n"  # ENETUNREACH: no route, no packet sent
-    assert result.wall_ms < 1000
+    assert result.wall_ms < 3000  # at once, well inside the 5 s connect timeout
 
 
 # ---------------------------------------------------------------------- secrets, host files

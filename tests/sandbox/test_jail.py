@@ -114,7 +114,7 @@ async def test_no_route_off_the_machine(jail: JailSandbox) -> None:
     result = await jail.execute(py(code, time_s=5))
     assert result.exit_code == 1
     assert b"Network is unreachable" in result.stderr
-    assert result.wall_ms < 1000
+    assert result.wall_ms < 3000  # at once: no 5 s wait, whatever the load
 
 
 # ---------------------------------------------------------------------- file system

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox, build
-from sandbox_workers.jail.config import PoolConfig
-from sandbox_workers.pool import pooled_command, shadowed_modules
+from sandbox_workers.pool import PoolConfig, pooled_command, shadowed_modules
 from sandbox_workers.pool.zygote import _RequestHead
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult
 

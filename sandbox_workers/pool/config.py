@@ -1,0 +1,88 @@
+"""How a warm pool is sized and what its zygotes preload (:class:`PoolConfig`).
+
+Part of :class:`~sandbox_workers.jail.JailConfig` (``pool``); it lives here, next
+to the pool, so that the pool never imports the jail (the jail wires the pool in).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_PRELOAD", "PoolConfig"]
+
+# Modules a zygote imports before it forks: the harness's own and what judged
+# solutions import most. Each costs start-up time once per zygote, never per run.
+DEFAULT_PRELOAD: tuple[str, ...] = (
+    "site",
+    "json",
+    "resource",
+    "select",
+    "signal",
+    "contextlib",
+    "typing",
+    "collections",
+    "itertools",
+    "functools",
+    "heapq",
+    "bisect",
+    "math",
+    "string",
+    "re",
+    "random",
+    "fractions",
+    "decimal",
+    "statistics",
+    "dataclasses",
+    "copy",
+    "operator",
+    "ast",
+    "array",
+    "hashlib",
+    "datetime",
+)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Warm pools: pre-started, already jailed interpreters that fork each execution.
+
+    Only Python is pooled (V8 and the JVM cannot fork once started; see
+    :mod:`sandbox_workers.pool`). A request runs in a zygote when ``argv[0]`` is one
+    of ``interpreters`` (empty: the worker's own base interpreter) and it is a
+    ``-c`` command; zygotes are kept per start-up profile (options, environment,
+    mounts), at most ``size`` in all. When a profile is first seen,
+    ``ceil(size * prewarm)`` zygotes start and its first requests wait for them;
+    later, when every zygote of the profile is busy, one more starts in the
+    background (up to ``size``) and the request runs cold. A zygote is retired
+    after ``max_uses`` executions, and replaced when it dies or misbehaves.
+    Network: consecutive executions of a zygote share a (loopback-only) network
+    namespace only while they leave no trace in it; one that sent any packet
+    makes the zygote move to a new namespace before the next execution, which
+    sees a pristine one, as a cold run does. ``fresh_net`` makes that a new
+    namespace for every execution, used or not (~0.9 ms more each, measured).
+    ``preload`` are modules imported before forking.
+    """
+
+    enabled: bool = True
+    size: int = 4
+    prewarm: float = 0.5
+    max_uses: int = 500
+    interpreters: tuple[str, ...] = ()
+    preload: tuple[str, ...] = DEFAULT_PRELOAD
+    fresh_net: bool = False
+    start_timeout_s: float = 15.0
+    retry_after_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("pool size must be at least 1")
+        if not 0.0 <= self.prewarm <= 1.0:
+            raise ValueError("prewarm is a fraction of the pool size, in [0, 1]")
+        if self.max_uses < 1:
+            raise ValueError("max_uses must be at least 1")
+
+    @property
+    def prewarm_count(self) -> int:
+        """Zygotes started when a profile is first seen."""
+        return math.ceil(self.size * self.prewarm)
