@@ -22,16 +22,11 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-from rewardbus.broker import (
-    BrokerConfig,
-    BrokerError,
-    EmbeddedBroker,
-    _free_ports,
-    _new_cluster_id,
-)
+from rewardbus.broker import BrokerConfig, BrokerError, EmbeddedBroker
+from rewardbus.broker.server_properties import new_cluster_id
+from rewardbus.ports import free_ports
+from rewardbus.service import BlockingService
 
 __all__ = ["Cluster", "ClusterConfig", "serve_cluster"]
 
@@ -76,11 +71,11 @@ def _node_configs(config: ClusterConfig, root: Path) -> list[BrokerConfig]:
     controller in its voter list, and kept on restart."""
     if config.brokers < 1:
         raise BrokerError(f"a cluster needs at least one broker, not {config.brokers}")
-    ports = _free_ports(config.host, 2 * config.brokers)
+    ports = free_ports(config.host, 2 * config.brokers)
     client, controller = ports[: config.brokers], ports[config.brokers :]
     ids = range(1, config.brokers + 1)
     voters = ",".join(f"{i}@{config.host}:{port}" for i, port in zip(ids, controller, strict=True))
-    cluster_id = _new_cluster_id()
+    cluster_id = new_cluster_id()
     return [
         BrokerConfig(
             kafka_lib=config.kafka_lib,
@@ -101,7 +96,7 @@ def _node_configs(config: ClusterConfig, root: Path) -> list[BrokerConfig]:
     ]
 
 
-class Cluster:
+class Cluster(BlockingService):
     """N real Kafka nodes in child JVMs forming one KRaft cluster on 127.0.0.1.
 
     Use it as a (sync or async) context manager, or call `start()` and `stop()`. Like a
@@ -183,30 +178,6 @@ class Cluster:
                     for broker in self._nodes.values():
                         broker.stop(timeout_s=0)
                     future.result()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
 
 
 async def serve_cluster(

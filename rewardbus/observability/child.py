@@ -1,19 +1,21 @@
 """What every tool the project runs as a child (Jaeger, Prometheus) shares.
 
-A subclass starts ``_proc`` (logging to ``_log`` inside ``_workdir``) in its own
-``start``; this base waits for it, stops it (SIGTERM, a grace period, then
-SIGKILL), removes its directory and makes it a sync and async context manager.
+A subclass starts ``_proc`` (a :class:`~rewardbus.reaped_child.ReapedChild` logging
+to ``_log`` inside ``_workdir``) in its own ``start``; this base waits for it, stops
+it (SIGTERM, a grace period, then SIGKILL), removes its directory and makes it a
+sync and async context manager. The embedded Kafka broker runs its JVM as the same
+kind of child, so spawning, reaping and stopping have one implementation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Self
+from typing import IO
+
+from rewardbus.reaped_child import ReapedChild
+from rewardbus.service import BlockingService
 
 __all__ = ["EXIT_GRACE_S", "ChildProcess", "log_tail"]
 
@@ -32,13 +34,13 @@ def log_tail(path: Path | None) -> str:
     return data.decode("utf-8", errors="replace").strip() or "(empty log)"
 
 
-class ChildProcess:
+class ChildProcess(BlockingService):
     """The lifecycle half of a supervised child process; subclasses define ``start``."""
 
     def __init__(self) -> None:
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._log: IO[bytes] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ReapedChild | None = None
 
     def start(self) -> None:
         raise NotImplementedError
@@ -49,12 +51,7 @@ class ChildProcess:
 
     def wait(self, timeout_s: float | None = None) -> int | None:
         """Wait for the process to exit; its status, or None on timeout."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        return self._proc.wait(timeout_s) if self._proc is not None else None
 
     def stop(self, grace_s: float = EXIT_GRACE_S) -> None:
         """SIGTERM, wait ``grace_s``, then SIGKILL; remove the work directory. Idempotent."""
@@ -68,36 +65,5 @@ class ChildProcess:
 
     def _reap(self, grace_s: float = EXIT_GRACE_S) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.astart()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
+        if proc is not None:
+            proc.terminate(grace_s)

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +34,8 @@ from typing import Any
 
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
+from rewardbus.ports import free_ports
+from rewardbus.reaped_child import ReapedChild
 
 __all__ = [
     "JaegerConfig",
@@ -96,7 +95,7 @@ class JaegerConfig:
     def with_free_ports(self) -> JaegerConfig:
         """This config with every port of 0 replaced by a currently free one."""
         wanted = [name for name in _PORT_FIELDS if getattr(self, name) == 0]
-        picked: dict[str, Any] = dict(zip(wanted, _free_ports(self.host, len(wanted)), strict=True))
+        picked: dict[str, Any] = dict(zip(wanted, free_ports(self.host, len(wanted)), strict=True))
         return replace(self, **picked)
 
 
@@ -203,8 +202,8 @@ class JaegerProcess(ChildProcess):
             raise
 
     async def astart(self) -> None:
-        """:meth:`start` for async callers: the child is spawned from the loop's thread
-        (see :func:`_parent_death_signal`), the waiting happens off it."""
+        """:meth:`start` for async callers: the waiting happens off the loop, and a
+        cancelled start-up stops Jaeger rather than leaving it to a thread."""
         await asyncio.to_thread(self._prepare)
         try:
             for attempt in range(1, _PORT_RETRIES + 1):
@@ -244,23 +243,21 @@ class JaegerProcess(ChildProcess):
         if self._log is not None:
             self._log.close()
         self._log = (work / "jaeger.log").open("wb")
-        self._proc = subprocess.Popen(  # noqa: S603 -- argv list, no shell
+        # SIGTERM if we die: Jaeger flushes and exits, and an orphan never keeps the ports.
+        self._proc = ReapedChild(
             [str(self._binary), "--config", str(config_file)],
             cwd=work,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            log=self._log,
             env=self._env,
-            # Its own process group: a terminal's Ctrl-C reaches us, and we stop it.
-            process_group=0,
-            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 -- prctl must run in the child
+            death_signal=signal.SIGTERM,
+            name="jaeger-child",
         )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self._config.start_timeout_s
         while time.monotonic() < deadline:
             assert self._proc is not None
-            if self._proc.poll() is not None:
+            if self._proc.exited.is_set():
                 raise JaegerError(
                     f"Jaeger exited with status {self._proc.returncode} during start-up: "
                     f"{self.log_tail()}"
@@ -383,36 +380,3 @@ def _accepts(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True
     return False
-
-
-def _free_ports(host: str, count: int) -> list[int]:
-    """Distinct free ports, held open together so the kernel cannot hand one out twice."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec_fn that SIGTERMs Jaeger when the thread that spawned it dies (Linux).
-
-    The signal follows the spawning *thread*, so it is only armed when that is the
-    main thread (the CLI's and pytest's): there it means "the Python process died",
-    and an orphaned Jaeger never keeps the ports.
-    """
-    if (
-        not sys.platform.startswith("linux")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died between fork and prctl
-            os._exit(1)
-
-    return preexec

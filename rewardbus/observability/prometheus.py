@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -33,6 +33,7 @@ from typing import Any
 
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import PROMETHEUS, ensure
+from rewardbus.reaped_child import ReapedChild
 
 __all__ = [
     "PrometheusConfig",
@@ -182,22 +183,21 @@ class PrometheusProcess(ChildProcess):
             f"--web.listen-address={self._config.host}:{port}",
             "--log.level=warn",
         ]
-        self._proc = subprocess.Popen(  # noqa: S603 -- argv list, no shell
+        # SIGTERM if we die: Prometheus closes its TSDB and exits instead of lingering.
+        self._proc = ReapedChild(
             argv,
             cwd=work,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            log=self._log,
             env=self._env,
-            # Its own process group: a terminal's Ctrl-C reaches us, and we stop it.
-            process_group=0,
+            death_signal=signal.SIGTERM,
+            name="prometheus-child",
         )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self._config.start_timeout_s
         while time.monotonic() < deadline:
             assert self._proc is not None
-            if self._proc.poll() is not None:
+            if self._proc.exited.is_set():
                 raise PrometheusError(
                     f"Prometheus exited with status {self._proc.returncode} during start-up: "
                     f"{self.log_tail()}"

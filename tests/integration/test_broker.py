@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import shutil
 import signal
 import socket
@@ -17,28 +16,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from rewardbus.broker import (
-    LOG4J2_PROPERTIES,
     BrokerConfig,
     BrokerError,
     EmbeddedBroker,
     default_kafka_lib,
+    log4j2_properties,
     serve,
 )
+from tests.processes import exited_within
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _exited_within(pid: int, timeout_s: float) -> bool:
-    """Wait on the process itself (a pidfd), not a timer; True once it has exited."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([pidfd], [], [], timeout_s)
-        return bool(readable)
-    finally:
-        os.close(pidfd)
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -88,11 +75,6 @@ async def _round_trip(bootstrap: str, topic: str, value: bytes) -> bytes:
     return bytes(record.value)
 
 
-def test_log4j_config_matches_the_infra_copy() -> None:
-    infra = REPO / "infra" / "kafka" / "log4j2.properties"
-    assert infra.read_text(encoding="utf-8") == LOG4J2_PROPERTIES
-
-
 def test_empty_jar_dir_is_a_clear_error(tmp_path: Path) -> None:
     broker = EmbeddedBroker(BrokerConfig(kafka_lib=tmp_path))
     with pytest.raises(BrokerError, match=r"Kafka jars not found in .*make kafka-jars"):
@@ -123,7 +105,7 @@ async def test_create_produce_consume_stop() -> None:
         pid = broker.pid
         assert pid is not None
     assert not broker.running
-    assert _exited_within(pid, 0)
+    assert exited_within(pid, 0)
 
 
 def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
@@ -134,13 +116,15 @@ def test_stop_is_idempotent_and_leaves_nothing_behind() -> None:
     assert log is not None
     data_dir = log.parent
     assert _processes_mentioning(str(data_dir)) == [pid]
+    # The JVM runs with the one packaged log4j2 configuration.
+    assert (data_dir / "log4j2.properties").read_text(encoding="utf-8") == log4j2_properties()
 
     broker.stop()
     broker.stop()
 
     assert broker.pid is None
     assert not broker.running
-    assert _exited_within(pid, 0)
+    assert exited_within(pid, 0)
     assert _processes_mentioning(str(data_dir)) == []
     assert not data_dir.exists()
 
@@ -238,9 +222,9 @@ async def test_broker_dies_with_its_python_parent(tmp_path: Path) -> None:
     pid_text, data_dir = line.decode().split(maxsplit=1)
     java_pid = int(pid_text)
     try:
-        assert await asyncio.to_thread(_exited_within, java_pid, 30)
+        assert await asyncio.to_thread(exited_within, java_pid, 30)
     finally:
-        if not _exited_within(java_pid, 0):
+        if not exited_within(java_pid, 0):
             os.kill(java_pid, signal.SIGKILL)  # never leak a broker, even from a failing test
         # A killed parent cannot remove its temporary data directory.
         shutil.rmtree(data_dir.strip(), ignore_errors=True)

@@ -139,17 +139,24 @@ async def _leaders_without(
 
 
 async def _min_isr(kafka: KafkaSettings, topics: list[str]) -> dict[str, str]:
+    """Each topic's min.insync.replicas, polled: right after creation a broker can
+    answer DescribeConfigs before it has the new topic's configs."""
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()
+    found: dict[str, str] = {}
     try:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
-        responses = await admin.describe_configs(resources)
+        deadline = time.monotonic() + 30
+        while set(found) != set(topics):
+            assert time.monotonic() < deadline, f"no min.insync.replicas for all of {topics}"
+            for response in await admin.describe_configs(resources):
+                for _err, _msg, _type, name, entries in response.resources:
+                    for key, value, *_ in entries:
+                        if key == "min.insync.replicas":
+                            found[name] = value
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    found = {}
-    for response in responses:
-        for _err, _msg, _type, name, entries in response.resources:
-            found[name] = next(e[1] for e in entries if e[0] == "min.insync.replicas")
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,21 @@ def test_every_panel_query_runs_and_finds_series(
     metered: Metered, prometheus: PrometheusProcess
 ) -> None:
     url = prometheus.config.url
-    poll(lambda: bool(query(url, "rewardbus_aggregator_reward_mean")), 60, "a scrape of both")
-    # rate() needs two samples in its window.
-    two = "count_over_time(rewardbus_aggregator_open_batches[1m]) > 1"
-    poll(lambda: bool(query(url, two)), 60, "two scrapes")
+    # rate() needs two samples in its window, from each target: the worker and the
+    # aggregator are scraped independently, so one target's scrapes say nothing of the other's.
+    for instance in metered.targets:
+        two = f'count_over_time(up{{instance="{instance}"}}[1m]) > 1'
+        poll(partial(_finds_series, url, two), 60, f"two scrapes of {instance}")
     for title, expr in _exprs():
         promql = expr
         for variable, value in GRAFANA_VARIABLES.items():
             promql = promql.replace(variable, value)
-        assert query(url, promql), f"{title}: {promql} found no series"
+        # A scrape can still time out on a loaded machine: a deadline per panel, not one try.
+        poll(partial(_finds_series, url, promql), 60, f"{title}: {promql} to find series")
+
+
+def _finds_series(url: str, promql: str) -> bool:
+    return bool(query(url, promql))
 
 
 # Functions and keywords of PromQL that precede "(" and are not metric names.

@@ -99,8 +99,11 @@ def test_spans_sent_over_otlp_come_back_from_the_query_api(
     provider.shutdown()
 
     assert _wait_for(lambda: "jaeger-smoke" in jaeger_query.services(), 10)
-    found = jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1")
-    assert found == [trace_id]
+    # The service shows with the first span stored (the child ends first); the tagged
+    # parent may land a moment later.
+    assert _wait_for(
+        lambda: jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1") == [trace_id], 10
+    ), jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1")
     spans = {span.name: span for span in jaeger_query.trace(trace_id)}
     assert set(spans) == {"parent", "child"}
     assert spans["child"].parent_id == spans["parent"].span_id

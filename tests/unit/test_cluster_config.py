@@ -1,10 +1,12 @@
-"""Cluster node configuration, without starting a JVM."""
+"""Broker and cluster node configuration, without starting a JVM."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rewardbus.broker import BrokerConfig, _server_properties
+from rewardbus.broker import BrokerConfig
+from rewardbus.broker.jvm import KafkaRuntime
+from rewardbus.broker.server_properties import server_properties
 from rewardbus.cluster import ClusterConfig, _node_configs
 
 
@@ -33,7 +35,7 @@ def test_a_cluster_node_uses_the_static_quorum_and_replicates_internal_topics(
     tmp_path: Path,
 ) -> None:
     node = _node_configs(ClusterConfig(brokers=3), tmp_path)[1]
-    props = _props(_server_properties(node, node.port, node.controller_port, tmp_path))
+    props = _props(server_properties(node, node.port, node.controller_port, tmp_path))
     assert props["node.id"] == "2"
     assert props["controller.quorum.voters"] == node.quorum_voters
     assert "controller.quorum.bootstrap.servers" not in props
@@ -43,7 +45,18 @@ def test_a_cluster_node_uses_the_static_quorum_and_replicates_internal_topics(
 
 
 def test_a_single_broker_keeps_its_standalone_settings(tmp_path: Path) -> None:
-    props = _props(_server_properties(BrokerConfig(), 9092, 9093, tmp_path))
+    props = _props(server_properties(BrokerConfig(), 9092, 9093, tmp_path))
     assert props["node.id"] == "1"
     assert props["controller.quorum.bootstrap.servers"] == "127.0.0.1:9093"
     assert props["default.replication.factor"] == "1"
+
+
+def test_a_preallocated_heap_is_committed_and_touched_at_start() -> None:
+    runtime = KafkaRuntime(Path("/usr/bin/java"), Path("/opt/kafka/lib"))
+    default = runtime.command(BrokerConfig(heap="256m"), Path("log4j2.properties"), [])
+    assert "-Xmx256m" in default
+    assert not any(flag.startswith("-Xms") or "AlwaysPreTouch" in flag for flag in default)
+    preallocated = runtime.command(
+        BrokerConfig(heap="256m", preallocate_heap=True), Path("log4j2.properties"), []
+    )
+    assert {"-Xmx256m", "-Xms256m", "-XX:+AlwaysPreTouch"} <= set(preallocated)

@@ -34,15 +34,29 @@ def sources(package: str) -> Iterator[Path]:
             yield path
 
 
-def imported(path: Path) -> set[str]:
-    """Top-level names of every module ``path`` imports."""
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of every module ``path`` imports, anywhere in it.
+
+    ``from a.b import c`` counts ``a.b`` and ``a.b.c`` (``c`` may be a module);
+    relative imports are resolved against ``path``'s package.
+    """
+    package = list(path.relative_to(ROOT).parent.parts)
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module:
+                names.add(module)
+                names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
+
+
+def imported(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports."""
+    return {name.split(".")[0] for name in imported_modules(path)}
 
 
 @pytest.mark.parametrize("package", COMPONENTS)
@@ -70,6 +84,25 @@ def test_the_seam_imports_only_schemas_of_ours() -> None:
         if imported(p) & ours - {"kafkaio", "schemas"}
     }
     assert offenders == {}
+
+
+def test_the_warm_pool_never_imports_the_jail() -> None:
+    """One way only: the jail wires the pool in (``sandbox_workers.jail.zygotes``).
+
+    The pool names what it needs of a jail slot as protocols (``pool/slot.py``);
+    an import of the jail from the pool would bring the jail <-> pool cycle back.
+    """
+    pool = ROOT / "sandbox_workers" / "pool"
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(
+            name
+            for name in imported_modules(p)
+            if name == "sandbox_workers.jail" or name.startswith("sandbox_workers.jail.")
+        )
+        for p in sorted(pool.rglob("*.py"))
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+    assert len(offenders) >= 5  # the pool's modules were read
 
 
 def test_integration_tests_never_use_the_fake_broker() -> None:
