@@ -24,8 +24,8 @@ from kafkaio import (
     Lifecycle,
     Record,
     TopicPartition,
-    running,
-    wait_for_topics,
+    assign_from,
+    topic_partitions,
 )
 from schemas import KafkaSettings, SchemaError, ScoredBatch, decode
 
@@ -86,7 +86,9 @@ class ScoredBatches(Lifecycle):
         topic = self._kafka.topics.scored
         # A subscription to a topic that does not exist yet would only notice it at
         # the next metadata refresh (minutes): wait for it here instead.
-        partitions = await _partitions(self._clients, topic)
+        partitions = await topic_partitions(
+            self._clients, topic, timeout_s=_TOPIC_WAIT_S, poll_s=_POLL_MS / 1000
+        )
         consumer = self._clients.consumer(
             ConsumerOptions(group_id=self._group_id, from_beginning=self._from_beginning)
         )
@@ -94,11 +96,7 @@ class ScoredBatches(Lifecycle):
         if self._group_id is not None:
             consumer.subscribe([topic])
         else:
-            consumer.assign(partitions)
-            if self._from_beginning:
-                await consumer.seek_to_beginning(*partitions)
-            else:
-                await consumer.seek_to_end(*partitions)
+            await assign_from(consumer, partitions, from_beginning=self._from_beginning)
         self._consumer = consumer
 
     async def stop(self) -> None:
@@ -201,12 +199,3 @@ class ScoredBatches(Lifecycle):
         if self._consumer is None:
             raise RuntimeError("ScoredBatches is not started (use start() or async with)")
         return self._consumer
-
-
-async def _partitions(clients: Clients, topic: str) -> list[TopicPartition]:
-    admin = clients.admin()
-    async with running(admin):
-        found = await wait_for_topics(
-            admin, [topic], timeout_s=_TOPIC_WAIT_S, poll_s=_POLL_MS / 1000
-        )
-    return [TopicPartition(topic, p) for p in range(found[topic].partitions)]

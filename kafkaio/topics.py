@@ -7,10 +7,12 @@ import time
 from collections.abc import Sequence
 
 from kafkaio.errors import TopicNotFound
+from kafkaio.lifecycle import running
 from kafkaio.options import TopicInfo, TopicSpec
-from kafkaio.protocols import Admin
+from kafkaio.protocols import Admin, Clients, Consumer
+from kafkaio.records import TopicPartition
 
-__all__ = ["ensure_topic", "wait_for_topics"]
+__all__ = ["assign_from", "ensure_topic", "topic_partitions", "wait_for_topics"]
 
 
 async def wait_for_topics(
@@ -34,6 +36,34 @@ async def wait_for_topics(
                 f"topics do not exist after {timeout_s:g} s: {absent} (create them first)"
             )
         await asyncio.sleep(poll_s)
+
+
+async def topic_partitions(
+    clients: Clients, topic: str, *, timeout_s: float, poll_s: float = 0.05
+) -> list[TopicPartition]:
+    """Every partition of ``topic``, once it exists (waited for as in :func:`wait_for_topics`).
+
+    For a reader that assigns itself the whole topic instead of joining a group.
+    """
+    admin = clients.admin()
+    async with running(admin):
+        found = await wait_for_topics(admin, [topic], timeout_s=timeout_s, poll_s=poll_s)
+    return [TopicPartition(topic, p) for p in range(found[topic].partitions)]
+
+
+async def assign_from(
+    consumer: Consumer, partitions: Sequence[TopicPartition], *, from_beginning: bool
+) -> None:
+    """Read exactly ``partitions``, from their first offset or from their end.
+
+    The positions are resolved before this returns: a reset left to the first fetch
+    would skip what is written in between.
+    """
+    consumer.assign(partitions)
+    if from_beginning:
+        await consumer.seek_to_beginning(*partitions)
+    else:
+        await consumer.seek_to_end(*partitions)
 
 
 async def ensure_topic(admin: Admin, spec: TopicSpec, *, timeout_s: float) -> TopicInfo:

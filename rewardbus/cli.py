@@ -47,7 +47,12 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="HumanEval through the whole pipeline, end to end")
     _common(demo)
-    demo.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    demo.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="sandbox worker processes to start; 0: drive a deployment's own workers",
+    )
     demo.add_argument("--batch-size", type=int, default=32)
     demo.add_argument("--limit", type=int, default=None, help="only the first N problems")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON last")
@@ -79,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--instance-id", default=None, help="static group membership id")
     worker.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+    worker.add_argument(
+        "--loop-stall-s",
+        type=float,
+        default=60.0,
+        help="exit (status 70) when the event loop stops this long: a completion wedged"
+        " the worker; it is restarted and the record counted towards quarantine (0: off)",
+    )
     worker.add_argument(
         "--result-cache-mb",
         type=int,

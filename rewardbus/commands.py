@@ -101,8 +101,11 @@ async def cluster(args: argparse.Namespace) -> int:
 async def worker(args: argparse.Namespace) -> int:
     from rewardbus.wiring import SandboxOptions, build_executor
     from sandbox_workers.service import WorkerConfig, run_worker
+    from sandbox_workers.watchdog import watching_the_loop
 
     kafka = _kafka(args, "rewardbus-worker")
+    if args.loop_stall_s < 0:
+        raise UsageError("--loop-stall-s must be 0 (off) or positive")
     optional: dict[str, Any] = {}
     if args.worker_id:
         optional["worker_id"] = args.worker_id
@@ -134,7 +137,8 @@ async def worker(args: argparse.Namespace) -> int:
 
     announcer = asyncio.create_task(announce())
     try:
-        await run_worker(kafka, config, executor, shutdown=shutdown, ready=ready)
+        async with watching_the_loop(args.loop_stall_s):
+            await run_worker(kafka, config, executor, shutdown=shutdown, ready=ready)
     finally:
         announcer.cancel()
         flush()
@@ -206,6 +210,12 @@ async def doctor(args: argparse.Namespace) -> int:
 async def demo(args: argparse.Namespace) -> int:
     from rewardbus.demo import DemoOptions, run_demo
 
+    bootstrap = args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS")
+    if args.workers < 0 or (args.workers == 0 and not bootstrap):
+        raise UsageError(
+            "--workers must be at least 1, or 0 to drive a deployment's own workers"
+            " (that needs --bootstrap-servers or REWARDBUS_BOOTSTRAP_SERVERS)"
+        )
     options = DemoOptions(
         workers=args.workers,
         batch_size=args.batch_size,
@@ -213,8 +223,9 @@ async def demo(args: argparse.Namespace) -> int:
         json=args.json,
         strict=not args.no_strict,
         timeout_s=args.timeout,
-        bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
+        bootstrap=bootstrap,
         jaeger_url=await _jaeger_for_demo() if args.trace else None,
+        topic_prefix=args.topic_prefix or os.environ.get("REWARDBUS_TOPIC_PREFIX", ""),
     )
     if not args.verbose:  # the progress bar and summary are the demo's output
         logging.getLogger("consumers").setLevel(logging.WARNING)

@@ -4,6 +4,10 @@ Starts (unless given a cluster) the embedded Kafka broker, a pool of sandbox
 worker processes and the aggregator; publishes the 164 canonical HumanEval
 solutions and 164 deliberately broken variants in batches; waits for every
 scored batch; prints a summary; stops everything it started.
+
+With ``workers=0`` it starts nothing: it drives a deployment (infra/compose,
+infra/k8s), whose own workers and aggregator judge and score its batches on the
+deployment's topics (``topic_prefix``, default none).
 """
 
 from __future__ import annotations
@@ -12,26 +16,17 @@ import asyncio
 import contextlib
 import json
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
-from rewardbus.local import (
-    RewardWatcher,
-    WorkerPoolOptions,
-    aggregator,
-    embedded_broker,
-    worker_pool,
-)
+from rewardbus.local import RewardWatcher, embedded_broker, local_pipeline
 from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL
-from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -54,6 +49,13 @@ class DemoOptions:
     # Jaeger's query URL when spans are exported there (--trace): the demo ends by
     # saying how to look at one sample's trace.
     jaeger_url: str | None = None
+    # The deployment's topic prefix when workers == 0 (the demo's own topics otherwise).
+    topic_prefix: str = ""
+
+    @property
+    def deployed(self) -> bool:
+        """Drive a deployment's workers and aggregator instead of starting its own."""
+        return self.workers == 0
 
 
 @dataclass
@@ -91,22 +93,15 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
             _say("starting the embedded Kafka broker")
             bootstrap = await stack.enter_async_context(embedded_broker())
         run_id = uuid.uuid4().hex[:8]
+        prefix = options.topic_prefix if options.deployed else f"demo-{run_id}."
         kafka = KafkaSettings(
-            bootstrap_servers=bootstrap, topics=Topics(prefix=f"demo-{run_id}."), client_id="demo"
+            bootstrap_servers=bootstrap, topics=Topics(prefix=prefix), client_id="demo"
         )
-        _say(f"topics prefixed {kafka.topics.prefix!r} on {bootstrap}")
-        await ensure_topics(kafka, partitions=max(4, 2 * options.workers))
-        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rewardbus-demo-")))
-        pool = WorkerPoolOptions(
-            workers=options.workers,
-            group_id=WORKER_GROUP,
-            log_dir=logs,
-            strict=options.strict,
-            worker_id_prefix="demo-worker",
-        )
-        await stack.enter_async_context(worker_pool(kafka, pool))
-        _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
-        await stack.enter_async_context(aggregator(kafka, "rewardbus-demo-aggregator"))
+        if options.deployed:
+            # Its topics, workers and aggregator are the deployment's: start none.
+            _say(f"driving the deployment on {bootstrap} (topics prefixed {prefix!r})")
+        else:
+            await _start_pipeline(stack, kafka, options)
         samples = humaneval_samples(limit=options.limit)
         progress = _Progress(total=len(samples))
         work = asyncio.ensure_future(
@@ -132,6 +127,24 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
             progress, options.jaeger_url, out=sys.stderr if options.json else sys.stdout
         )
     return 0 if summary["ok"] else 1
+
+
+async def _start_pipeline(
+    stack: contextlib.AsyncExitStack, kafka: KafkaSettings, options: DemoOptions
+) -> None:
+    """The demo's own topics, worker processes and aggregator, stopped with ``stack``."""
+    _say(f"topics prefixed {kafka.topics.prefix!r} on {kafka.bootstrap_servers}")
+    await local_pipeline(
+        stack,
+        kafka,
+        workers=options.workers,
+        strict=options.strict,
+        group_id=WORKER_GROUP,
+        worker_id_prefix="demo-worker",
+        aggregator_group="rewardbus-demo-aggregator",
+        partitions=max(4, 2 * options.workers),
+    )
+    _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
 
 
 def _print_trace_hint(progress: _Progress, jaeger_url: str, *, out: TextIO) -> None:
@@ -173,9 +186,11 @@ async def _publish_and_collect(
     # Map the stamped sample ids back to their variants for the summary.
     samples[:] = [s for _, chunk in batches for s in chunk]
     batch_ids = {manifest.batch_id for manifest, _ in batches}
+    # On a deployment's topics other runs' rewards and batches are there too: both
+    # readers start at the end, before anything is published, and count only this run's.
     async with (
-        ScoredBatches(kafka, group_id=f"demo-learner-{run_id}") as scored,
-        RewardWatcher(kafka) as watcher,
+        ScoredBatches(kafka, from_beginning=False) as scored,
+        RewardWatcher(kafka, sample_prefix=f"{run_id}-", from_end=True) as watcher,
     ):
         progress.rewards, progress.reward_at = watcher.rewards, watcher.arrived_at
         redraw = asyncio.create_task(_redraw(watcher, progress))
@@ -188,6 +203,8 @@ async def _publish_and_collect(
                         progress.sent_at[sample.completion.sample_id] = now
                     await producer.publish_many(s.completion for s in chunk)
             async for batch in scored:
+                if batch.batch_id not in batch_ids:
+                    continue
                 arrived = time.monotonic()
                 progress.batches[batch.batch_id] = batch
                 for scored_sample in batch.samples:
@@ -272,6 +289,10 @@ def _summary(
     return summary
 
 
+def _judged_by(workers: int) -> str:
+    return f"{workers} worker processes" if workers else "the deployment's workers"
+
+
 def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
     lat = summary["produce_to_reward_ms"]
     scored = summary["produce_to_scored_batch_ms"]
@@ -279,7 +300,7 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         "",
         "rewardbus demo — HumanEval through Kafka, sandbox workers and the aggregator",
         f"  completions       {summary['rewards']}/{summary['completions']} rewarded "
-        f"by {summary['workers']} worker processes in {summary['elapsed_s']} s",
+        f"by {_judged_by(summary['workers'])} in {summary['elapsed_s']} s",
         f"  throughput        {summary['completions_per_s']} completions/s",
         f"  produce→reward    p50 {lat['p50']} ms   p99 {lat['p99']} ms   max {lat['max']} ms",
         f"  produce→batch     p50 {scored['p50']} ms   p99 {scored['p99']} ms",

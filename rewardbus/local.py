@@ -11,26 +11,36 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
-
 from consumers import AggregatorConfig, run_aggregator
-from rewardbus.topics import await_group_members
+from kafkaio import (
+    AioClients,
+    Consumer,
+    ConsumerOptions,
+    Record,
+    assign_from,
+    topic_partitions,
+)
+from rewardbus.topics import await_group_members, ensure_topics
 from schemas import KafkaSettings, RewardEvent, SchemaError, decode
 
 __all__ = ["RewardWatcher", "WorkerPoolOptions", "aggregator", "embedded_broker", "worker_pool"]
 
 
 @contextlib.asynccontextmanager
-async def embedded_broker(num_partitions: int = 4) -> AsyncIterator[str]:
+async def embedded_broker(
+    num_partitions: int = 4, *, preallocate_heap: bool = False
+) -> AsyncIterator[str]:
     """A real single-node Kafka broker on 127.0.0.1; yields its bootstrap address."""
     from rewardbus.broker import BrokerConfig, EmbeddedBroker
 
-    async with EmbeddedBroker(BrokerConfig(num_partitions=num_partitions)) as broker:
+    config = BrokerConfig(num_partitions=num_partitions, preallocate_heap=preallocate_heap)
+    async with EmbeddedBroker(config) as broker:
         yield broker.bootstrap_servers
 
 
@@ -139,6 +149,37 @@ async def aggregator(kafka: KafkaSettings, group_id: str) -> AsyncIterator[None]
         await asyncio.wait_for(task, timeout=30)
 
 
+async def local_pipeline(
+    stack: contextlib.AsyncExitStack,
+    kafka: KafkaSettings,
+    *,
+    workers: int,
+    strict: bool,
+    group_id: str,
+    worker_id_prefix: str,
+    aggregator_group: str,
+    partitions: int,
+) -> None:
+    """A run's own topics, sandbox worker processes (their logs in a temporary
+    directory) and aggregator, all stopped with ``stack``."""
+    await ensure_topics(kafka, partitions=partitions)
+    prefix = f"rewardbus-{worker_id_prefix}-"
+    logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    pool = WorkerPoolOptions(
+        workers=workers,
+        group_id=group_id,
+        log_dir=logs,
+        strict=strict,
+        worker_id_prefix=worker_id_prefix,
+    )
+    await stack.enter_async_context(worker_pool(kafka, pool))
+    await stack.enter_async_context(aggregator(kafka, aggregator_group))
+
+
+# The rewards topic may still be being created (by the worker, or a topics job).
+_TOPIC_WAIT_S = 60.0
+
+
 @dataclass
 class RewardWatcher:
     """Reads the rewards topic and records when each sample's first reward arrived.
@@ -149,24 +190,39 @@ class RewardWatcher:
     by its record timestamp (the worker's produce time) mapped onto the
     monotonic clock: a throughput measurement then costs the broker one fetch
     per 100 ms instead of one per reward.
+
+    It reads every partition from the beginning, or with ``from_end=True`` only
+    what is written once it has started (a run on a deployment's long-lived topics:
+    the positions are resolved before ``__aenter__`` returns, so nothing produced
+    after that is missed, and nothing before it is read).
     """
 
     kafka: KafkaSettings
     lazy: bool = False
+    # Only samples whose id starts with this count (a run's own, on shared topics).
+    sample_prefix: str = ""
+    from_end: bool = False
     rewards: dict[str, RewardEvent] = field(default_factory=dict)
     arrived_at: dict[str, float] = field(default_factory=dict)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> RewardWatcher:
-        batching = {"fetch_max_wait_ms": 100, "fetch_min_bytes": 1 << 20} if self.lazy else {}
-        consumer = AIOKafkaConsumer(
-            self.kafka.topics.rewards,
-            **self.kafka.client_kwargs(),
-            auto_offset_reset="earliest",
-            **batching,
+        clients = AioClients(self.kafka)
+        topic = self.kafka.topics.rewards
+        partitions = await topic_partitions(clients, topic, timeout_s=_TOPIC_WAIT_S, poll_s=0.1)
+        options = ConsumerOptions(
+            from_beginning=not self.from_end,
+            fetch_max_wait_ms=100 if self.lazy else None,
+            fetch_min_bytes=1 << 20 if self.lazy else None,
         )
+        consumer = clients.consumer(options)
         await consumer.start()
+        try:
+            await assign_from(consumer, partitions, from_beginning=not self.from_end)
+        except BaseException:
+            await consumer.stop()
+            raise
         self._task = asyncio.create_task(self._follow(consumer))
         return self
 
@@ -176,19 +232,25 @@ class RewardWatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
+    async def _follow(self, consumer: Consumer) -> None:
         try:
-            async for record in consumer:
-                try:
-                    event = decode(record.value, RewardEvent)
-                except SchemaError:
-                    continue
-                if event.sample_id not in self.rewards:
-                    self.rewards[event.sample_id] = event
-                    self.arrived_at[event.sample_id] = self._dated(record.timestamp)
-                    self._changed.set()
+            while True:
+                fetched = await consumer.getmany(timeout_ms=1000)
+                for records in fetched.values():
+                    for record in records:
+                        self._record(record)
         finally:
             await consumer.stop()
+
+    def _record(self, record: Record) -> None:
+        try:
+            event = decode(record.value or b"", RewardEvent)
+        except SchemaError:
+            return
+        if event.sample_id.startswith(self.sample_prefix) and (event.sample_id not in self.rewards):
+            self.rewards[event.sample_id] = event
+            self.arrived_at[event.sample_id] = self._dated(record.timestamp_ms)
+            self._changed.set()
 
     def _dated(self, record_ms: int) -> float:
         now = time.monotonic()

@@ -15,21 +15,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from consumers import ScoredBatches
 from consumers.verl_batch import scored_batch_to_dataproto
 from producers import RolloutProducer
-from rewardbus.local import WorkerPoolOptions, aggregator, embedded_broker, worker_pool
-from rewardbus.topics import ensure_topics
+from rewardbus.local import embedded_broker, local_pipeline
 from rewardbus.train_demo.completions import step_samples
 from rewardbus.train_demo.devices import empty_cache, resolve_device
 from rewardbus.train_demo.learner import UpdateMetrics
@@ -162,20 +159,19 @@ async def _pipeline(stack: contextlib.AsyncExitStack, options: TrainDemoOptions)
         topics=Topics(prefix=f"train-demo-{run_id}."),
         client_id="train-demo",
     )
-    await ensure_topics(kafka, partitions=max(2, options.workers))
-    logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rewardbus-train-demo-")))
     group = f"train-demo-{run_id}-workers"
-    pool = WorkerPoolOptions(
+    await local_pipeline(
+        stack,
+        kafka,
         workers=options.workers,
-        group_id=group,
-        log_dir=logs,
         strict=options.strict,
+        group_id=group,
         worker_id_prefix="train-demo-worker",
+        aggregator_group=f"train-demo-{run_id}-aggregator",
+        partitions=max(2, options.workers),
     )
-    await stack.enter_async_context(worker_pool(kafka, pool))
     sandbox = "strict sandbox" if options.strict else "sandbox, degraded layers allowed"
     say(f"{options.workers} sandbox worker processes ({sandbox}) joined {group!r}")
-    await stack.enter_async_context(aggregator(kafka, f"train-demo-{run_id}-aggregator"))
     producer = await stack.enter_async_context(RolloutProducer(kafka))
     scored = await stack.enter_async_context(ScoredBatches(kafka))
     return _Wiring(producer=producer, scored=scored, run_id=run_id)

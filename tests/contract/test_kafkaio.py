@@ -30,6 +30,7 @@ from kafkaio import (
     ensure_topic,
     partition_lags,
     running,
+    topic_partitions,
     wait_for_topics,
 )
 from schemas import DeadLetter, KafkaSettings, decode
@@ -234,6 +235,8 @@ async def test_admin_describes_creates_and_deletes_topics(clients: Clients) -> N
         await admin.create_topics([TopicSpec(t, 2)])  # exists: left alone
         (info,) = (await wait_for_topics(admin, [t], timeout_s=30)).values()
         assert (info.name, info.partitions, info.replicas) == (t, 2, 1)
+        partitions = await topic_partitions(clients, t, timeout_s=30)
+        assert partitions == [TopicPartition(t, 0), TopicPartition(t, 1)]
         assert (await ensure_topic(admin, TopicSpec(t, 5), timeout_s=30)).partitions == 2
         assert await admin.broker_count() == 1
         await admin.delete_topics([t])

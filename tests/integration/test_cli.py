@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rewardbus.local import WorkerPoolOptions, aggregator, worker_pool
+from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -41,6 +44,39 @@ def test_demo_on_a_running_cluster_prints_a_json_summary(kafka: KafkaSettings) -
     assert summary["completions_per_s"] > 0
     assert summary["produce_to_reward_ms"]["p99"] >= summary["produce_to_reward_ms"]["p50"] > 0
     assert summary["ok"] is True
+
+
+async def test_demo_with_no_workers_drives_a_deployments_workers(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """--workers 0: the deployment's own worker and aggregator (here: one worker process
+    and an aggregator on this test's topics) judge and score the demo's batches. Run
+    twice: the second run counts only its own rewards and batches on the shared topics."""
+    await ensure_topics(kafka)
+    pool = WorkerPoolOptions(workers=1, group_id=f"{kafka.topics.prefix}workers", log_dir=tmp_path)
+    runs = []
+    async with worker_pool(kafka, pool), aggregator(kafka, f"{kafka.topics.prefix}aggregator"):
+        argv = (
+            "demo", "--json", "--limit", "4", "--workers", "0",
+            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topics.prefix,
+        )  # fmt: skip
+        for _ in range(2):
+            runs.append(await asyncio.to_thread(rewardbus, *argv))
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "driving the deployment" in done.stderr
+        assert "the deployment's workers" in done.stdout
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["workers"] == 0
+        assert summary["rewards"] == summary["completions"] == 8
+        assert summary["batches_complete"] == summary["batches"] == 1
+        assert (summary["canonical_accepted"], summary["broken_accepted"]) == (4, 0)
+
+
+def test_demo_with_no_workers_needs_a_cluster() -> None:
+    done = rewardbus("demo", "--workers", "0", timeout=60)
+    assert done.returncode == 2
+    assert "REWARDBUS_BOOTSTRAP_SERVERS" in done.stderr
 
 
 def test_judge_prints_one_result_per_line_and_reports_bad_lines(tmp_path: Path) -> None:
