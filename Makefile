@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools docker-engine images compose-up compose-down
+.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -54,9 +54,17 @@ docker-engine:
 
 # rewardbus-kafka, -worker and -aggregator on a debootstrap base, built locally (no
 # registry needed); an image whose content-hash tag exists is not rebuilt.
-# WORKER_LANGUAGES="python c cpp" narrows the worker's toolchains (docs/containers.md).
+# The worker carries all ten languages' toolchains; WORKER_LANGUAGES="python c cpp"
+# narrows them (docs/containers.md).
+WORKER_LANGUAGES ?=
 images: $(VENV)/.installed kafka-jars docker-engine
-	PYTHON=$(BIN)/python infra/docker/images.sh
+	PYTHON=$(BIN)/python WORKER_LANGUAGES="$(WORKER_LANGUAGES)" infra/docker/images.sh
+
+# The images tests/containers/ run: the worker with the four cheap toolchains (a 1.8 GB
+# image of all ten would take minutes per container start on this machine's vfs engine).
+TEST_WORKER_LANGUAGES := python bash perl sql
+test-images: $(VENV)/.installed kafka-jars docker-engine
+	PYTHON=$(BIN)/python WORKER_LANGUAGES="$(TEST_WORKER_LANGUAGES)" infra/docker/images.sh
 
 # Three KRaft brokers, Jaeger, Prometheus, WORKERS sandbox workers and the aggregator.
 WORKERS ?= 2
@@ -67,6 +75,11 @@ compose-up: images observability-tools
 	infra/compose/observability-images.sh
 	$(COMPOSE) -f $(COMPOSE_FILE) up -d --scale worker=$(WORKERS)
 
+# The demo on the compose deployment: its worker replicas and aggregator do the work.
+DEMO_LIMIT ?= 40
+compose-demo:
+	DEMO_LIMIT=$(DEMO_LIMIT) $(COMPOSE) -f $(COMPOSE_FILE) --profile demo run --rm demo
+
 compose-down:
 	$(COMPOSE) -f $(COMPOSE_FILE) down -v
 
@@ -76,7 +89,7 @@ demo: setup
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup setup-verl observability-tools images
+test: setup setup-verl observability-tools test-images
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 train-demo: setup setup-verl

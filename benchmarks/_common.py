@@ -139,13 +139,16 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster(bootstrap: str | None) -> AsyncIterator[Cluster]:
-    """The given cluster, or an embedded single-node broker for the run's duration."""
+async def cluster(
+    bootstrap: str | None, *, preallocate_heap: bool = False
+) -> AsyncIterator[Cluster]:
+    """The given cluster, or an embedded single-node broker for the run's duration
+    (``preallocate_heap``: its whole heap committed at start, see ``BrokerConfig``)."""
     if bootstrap:
         yield Cluster(bootstrap)
         return
     say("starting the embedded Kafka broker")
-    async with embedded_broker() as started:
+    async with embedded_broker(preallocate_heap=preallocate_heap) as started:
         yield Cluster(started, child_java_pid())
 
 

@@ -1,7 +1,8 @@
 """Helpers of the long-running load benchmarks (overload, soak): processes, memory, workload.
 
 - ``ProcessMonitor`` samples RSS, open file descriptors and descendant counts of the
-  broker JVM, each worker, each worker's zygotes and the aggregator process.
+  broker JVM, each worker, each worker's zygotes and the aggregator process; and, for a
+  JVM, its live heap (``jvm_live_heap_mb``: used after a full collection).
 - ``aggregator_process`` runs the stream aggregator in a process of its own, so its
   memory is measured apart from the benchmark's producer and watcher.
 - ``humaneval_backlog`` makes N distinct HumanEval completions (canonical and broken
@@ -14,8 +15,11 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
@@ -34,6 +38,7 @@ __all__ = [
     "flatness",
     "humaneval_backlog",
     "humaneval_stream",
+    "jvm_live_heap_mb",
     "windowed_rates",
 ]
 
@@ -100,6 +105,27 @@ def open_fds(pid: int) -> int:
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+# A top-level space of `jcmd GC.heap_info` (Serial: new and tenured generation; G1: the
+# whole heap): "total 116416K, used 7181K". Metaspace lines are not heap.
+_HEAP_SPACE = re.compile(r"^ (?!Metaspace)\S.*?total (\d+)K, used (\d+)K", re.MULTILINE)
+
+
+def jvm_live_heap_mb(pid: int, *, timeout_s: float = 30.0) -> float | None:
+    """The heap ``pid`` uses right after a full collection, in MiB: its live set, the
+    figure a leak inside a JVM grows. None without ``jcmd`` or when the JVM does not
+    answer. It pauses that JVM for the collection (tens of ms on a 512 MiB heap)."""
+    jcmd = shutil.which("jcmd")
+    if jcmd is None:
+        return None
+    try:
+        subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, timeout=timeout_s,
+                       check=True)  # fmt: skip
+        info = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True,
+                              text=True, timeout=timeout_s, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    used_kb = [int(used) for _, used in _HEAP_SPACE.findall(info.stdout)]
+    return sum(used_kb) / 1024 if used_kb else None
 
 
 def age_s(pid: int) -> float:
@@ -144,12 +170,18 @@ class ProcessMonitor:
     zygotes (``<worker>.zygotes.*``: summed RSS and fds, and their count; the pool
     retires a zygote after a number of uses, so no single pid lasts a long run);
     younger ones come and go with executions (``<worker>.transient.processes``).
+
+    Each of ``jvms`` (names in ``processes``) also gets ``<name>.live_heap_mb`` every
+    ``heap_interval_s``: a JVM's RSS grows while its heap fills towards -Xmx, which
+    says nothing of a leak; its live set after a full collection does.
     """
 
     processes: dict[str, int]
     workers: dict[str, int] = field(default_factory=dict)
     interval_s: float = 1.0
     zygote_age_s: float = 5.0
+    jvms: Sequence[str] = ()
+    heap_interval_s: float = 60.0
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def sample(self) -> None:
@@ -166,13 +198,23 @@ class ProcessMonitor:
             self._add(f"{name}.zygotes.processes", now, len(zygotes))
             self._add(f"{name}.transient.processes", now, len(below) - len(zygotes))
 
+    def sample_heaps(self) -> None:
+        for name in self.jvms:
+            live = jvm_live_heap_mb(self.processes[name])
+            if live is not None:
+                self._add(f"{name}.live_heap_mb", time.monotonic(), live)
+
     def _add(self, key: str, now: float, value: float) -> None:
         self.series.setdefault(key, []).append((now, value))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sample until ``stop`` is set (the first sample at once)."""
+        heaps_due = time.monotonic()
         while not stop.is_set():
             await asyncio.to_thread(self.sample)
+            if self.jvms and time.monotonic() >= heaps_due:
+                heaps_due += self.heap_interval_s
+                await asyncio.to_thread(self.sample_heaps)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
 

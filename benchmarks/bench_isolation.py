@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sandbox_workers.jail import JailConfig, JailSandbox
-from sandbox_workers.jail.config import PoolConfig
+from sandbox_workers.pool import PoolConfig
 from sandbox_workers.sandbox import BindMount, ExecRequest
 
 # Each layer's cost is measured on the cold path; bench_sandbox measures the warm pool.

@@ -48,8 +48,8 @@ from sandbox_workers.executor import Executor, ExecutorConfig
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.jail import JailConfig, JailSandbox
-from sandbox_workers.jail.config import PoolConfig
 from sandbox_workers.languages import discover_toolchains
+from sandbox_workers.pool import PoolConfig
 from sandbox_workers.result_cache import LocalResultCache
 from sandbox_workers.sandbox import BindMount, ExecRequest
 from schemas import RewardEvent, suite_digest

@@ -12,11 +12,19 @@ Not run in CI (it takes half an hour). One broker, two sandbox worker processes
 Every ``--sample`` seconds: RSS and open fds of the broker JVM, each worker, each
 worker's zygotes (the processes below it alive for the whole soak), the aggregator;
 the count of zygotes and of the transient processes executions come and go with.
-Checked: every process's RSS flat within 10 % (median of the last third of the
-soak against the first third's, after a 10 % warm-up); no growth in fds or
-processes (same medians, within 10 % of noise); every reward in and every scored
-batch complete; no ``sandbox_error``; the reward rate kept up with the offered
-rate. Prints a table, PASS/FAIL per target, then one JSON object last.
+Every ``--heap-sample`` seconds: the broker's live heap (used after a full GC, via
+``jcmd``).
+
+The embedded broker runs as production Kafka is run, its heap committed at start
+(-Xms = -Xmx, AlwaysPreTouch): a JVM's RSS otherwise climbs for an hour while its heap
+fills towards -Xmx (+16 % in the first 30-minute run), which tells nothing of a leak.
+So its RSS measures the memory outside the heap, and its live heap the inside.
+
+Checked: every process's RSS and the broker's live heap flat within 10 % (median of
+the last third of the soak against the first third's, after a 10 % warm-up); no
+growth in fds or processes (same medians, within 10 % of noise); every reward in and
+every scored batch complete; no ``sandbox_error``; the reward rate kept up with the
+offered rate. Prints a table, PASS/FAIL per target, then one JSON object last.
 
     .venv/bin/python benchmarks/bench_soak.py [--minutes 30] [--load 0.7]
 """
@@ -121,7 +129,7 @@ async def scored_complete(kafka: KafkaSettings, batch_ids: set[str]) -> dict[str
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"minutes": args.minutes, "load": args.load}
-    async with cluster(args.bootstrap_servers) as where:
+    async with cluster(args.bootstrap_servers, preallocate_heap=True) as where:
         kafka = await fresh_kafka(where.bootstrap, "soak")
         async with (
             workers(kafka, WORKERS, cache_mb=0, tag="soak") as pids,
@@ -132,7 +140,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if where.broker_pid is not None:
                 named["broker"] = where.broker_pid
             monitor = ProcessMonitor(
-                named, {f"worker-{i}": p for i, p in enumerate(pids)}, interval_s=args.sample
+                named,
+                {f"worker-{i}": p for i, p in enumerate(pids)},
+                interval_s=args.sample,
+                jvms=["broker"] if "broker" in named else [],
+                heap_interval_s=args.heap_sample,
             )
             peak = await measure_peak(kafka, watcher, PEAK_COMPLETIONS)
             per_tick = max(2, 2 * round(args.load * peak * args.tick / 2))  # whole groups
@@ -172,11 +184,14 @@ def _worst(memory: dict[str, Any], suffixes: tuple[str, ...]) -> tuple[str, floa
 def targets(result: dict[str, Any]) -> list[tuple[str, Target]]:
     memory = result["memory"]
     rss_name, rss = _worst(memory, ("rss_mb",))
+    heap_name, heap = _worst(memory, ("live_heap_mb",))
     fd_name, fds = _worst(memory, ("fds",))
     proc_name, procs = _worst(memory, ("processes",))
     return [
         ("rss_flat", Target(f"worst RSS change ({rss_name})", abs(rss), GROWTH_LIMIT,
             at_most=True)),
+        ("live_heap_flat", Target(f"worst live heap change ({heap_name})", abs(heap),
+            GROWTH_LIMIT, at_most=True)),
         ("fds_flat", Target(f"worst fd count change ({fd_name})", fds, GROWTH_LIMIT,
             at_most=True)),
         ("processes_flat", Target(f"worst process count change ({proc_name})", procs,
@@ -210,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--load", type=float, default=0.7, help="offered load, share of peak")
     parser.add_argument("--tick", type=float, default=2.0, help="seconds between batches")
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument(
+        "--heap-sample",
+        type=float,
+        default=60.0,
+        help="seconds between the broker's live-heap samples (a full GC each)",
+    )
     parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
     args = parser.parse_args(argv)
     quiet_logs()

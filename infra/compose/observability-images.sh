@@ -10,11 +10,11 @@ build() {
   [ -x "$binary" ] || { echo "error: $binary missing: run make observability-tools" >&2; exit 1; }
   ctx=$(mktemp -d)
   cp "$binary" "$ctx/$name"
-  cp "$repo/infra/compose/prometheus.yml" "$ctx/"
+  cp "$repo/infra/compose/prometheus.yml" "$repo"/infra/prometheus/*.rules.yml "$ctx/"
   cat >"$ctx/Dockerfile" <<DOCKERFILE
 ARG BASE_IMAGE
 FROM \${BASE_IMAGE}
-COPY $name prometheus.yml /opt/$name/
+COPY $name prometheus.yml *.rules.yml /opt/$name/
 USER 65534:65534
 ENTRYPOINT ["/opt/$name/$name"]
 DOCKERFILE

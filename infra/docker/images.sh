@@ -12,7 +12,8 @@
 # tag exists is not rebuilt. With a registry, build the Dockerfiles directly: they
 # default to BASE_IMAGE=debian:bookworm-slim.
 #
-#   WORKER_LANGUAGES  the worker's toolchains (default "python bash perl sql"; docs/containers.md)
+#   WORKER_LANGUAGES  the worker's toolchains (default: all ten; `make test` builds
+#                     "python bash perl sql", see TEST_WORKER_LANGUAGES in the Makefile)
 #   BASE_IMAGE        use this base instead of the debootstrap one
 #   IMAGES            which images to build (default: "kafka worker aggregator")
 set -euo pipefail
@@ -21,10 +22,10 @@ cache=${REWARDBUS_CACHE:-$HOME/.cache/rewardbus}
 images_dir=$cache/images
 kafka_lib=${REWARDBUS_KAFKA_LIB:-$cache/kafka-4.1.1/lib}
 python=${PYTHON:-$repo/.venv/bin/python}
-# Default: the toolchains that cost little. All ten ("python c cpp bash perl sql
-# javascript java go rust") make a 1.8 GB image: ~8 min to build and 2-3 min per
-# container start on a vfs engine under load (docs/containers.md).
-languages=${WORKER_LANGUAGES:-python bash perl sql}
+# Default: every language the worker judges, what a deployment wants. They make a
+# 1.8 GB image: ~8 min to build and 2-3 min per container start on a vfs engine under
+# load (docs/containers.md), so the test images carry the cheap four only.
+languages=${WORKER_LANGUAGES:-python c cpp bash perl sql javascript java go rust}
 mkdir -p "$images_dir"
 
 log() { echo "images: $*" >&2; }
@@ -60,8 +61,18 @@ build_base() {
 wheels() {
   # The project and its runtime dependencies as wheels, built here with the host's
   # pip (its index and certificates), so no image build needs index access.
-  local dest=$1
-  "$python" -m pip wheel -q --wheel-dir "$dest" "$repo" >&2
+  # From a copy of the files git tracks (and untracked ones it does not ignore): built
+  # in place, setuptools' build/ of a working copy keeps modules since removed from
+  # the sources, and the wheel would ship them.
+  local dest=$1 source=$repo
+  if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    source=$(mktemp -d)
+    # (A tracked file deleted in the working copy is left out: --ignore-failed-read.)
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard \
+      | tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$source"
+  fi
+  "$python" -m pip wheel -q --wheel-dir "$dest" "$source" >&2
+  [ "$source" = "$repo" ] || rm -rf "$source"
 }
 
 # stage NAME CTX: fill CTX with what that image is built from (its Dockerfile, the
@@ -76,7 +87,8 @@ stage() {
       [ -f "$kafka_lib/.complete" ] || { log "error: no Kafka jars in $kafka_lib (make kafka-jars)"; exit 1; }
       cp -r "$kafka_lib" "$ctx/payload/lib"
       rm -f "$ctx/payload/lib/.complete"
-      cp "$repo/infra/kafka/log4j2.properties" "$repo/infra/docker/kafka-entrypoint.sh" "$ctx/payload/"
+      # The embedded broker's own log4j2 configuration (package data): one copy for both.
+      cp "$repo/rewardbus/broker/log4j2.properties" "$repo/infra/docker/kafka-entrypoint.sh" "$ctx/payload/"
       ;;
     worker)
       cp "$repo/infra/docker/languages.sh" "$ctx/infra/docker/"
@@ -109,9 +121,12 @@ build_image() {
   local args=(--build-arg "BASE_IMAGE=$base")
   [ "$name" = worker ] && args+=(--build-arg "LANGUAGES=$languages")
   stage "$name" "$ctx"
-  local base_id hash tag
+  local base_id hash tag variant=""
   base_id=$(docker image inspect --format '{{.Id}}' "$base")
-  hash=$(context_hash "$ctx" "$base_id" "${args[@]}")
+  # The worker's tag names its language set too, so that the full worker (make images)
+  # and the test one (make test-images) are both kept: switching does not rebuild.
+  [ "$name" = worker ] && variant="l$(echo "$languages" | sha256sum | cut -c1-6)-"
+  hash=$variant$(context_hash "$ctx" "$base_id" "${args[@]}")
   tag=rewardbus-$name:$hash
   if docker image inspect "$tag" >/dev/null 2>&1; then
     log "$tag is up to date"
@@ -121,9 +136,11 @@ build_image() {
     log "built $tag in $(( SECONDS - t0 )) s ($(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
   fi
   docker tag "$tag" "rewardbus-$name:latest"
-  # Older hash tags of this image: on vfs each holds a full copy of its layers.
+  # Older hash tags of this image (of this language set, or from before the tags named
+  # one): on vfs each holds a full copy of its layers.
   docker images --format '{{.Repository}}:{{.Tag}}' "rewardbus-$name" \
-    | grep -v -e ":latest$" -e ":$hash$" | xargs -r docker rmi >/dev/null 2>&1 || true
+    | grep -E ":($variant|[0-9a-f]{12}$)" | grep -v -e ":latest$" -e ":$hash$" \
+    | xargs -r docker rmi >/dev/null 2>&1 || true
 }
 
 # The worker's seccomp profile (infra/docker/seccomp.py): Docker's default of the

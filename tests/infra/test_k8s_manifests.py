@@ -2,7 +2,8 @@
 
 infra/k8s/validate.py checks every manifest against the Kubernetes schemas (PyPI
 kubernetes-validate), the KEDA and ServiceMonitor CRDs (their Go modules) and the Strimzi
-models (npm), all fetched into ~/.cache/rewardbus on first use.
+models (npm: their validators, and their TypeScript declarations under a pinned npm
+typescript for unknown fields), all fetched into ~/.cache/rewardbus on first use.
 """
 
 from __future__ import annotations
@@ -108,21 +109,79 @@ BREAKAGES = {
     ),
     "strimzi enum": ("kafka.yaml", "    - broker\n", "    - brokr\n", "allowed values"),
     "strimzi bound": ("topics.yaml", "  partitions: 48\n", "  partitions: 0\n", "must be >= 1"),
+    "strimzi unknown field": (
+        "kafka.yaml",
+        "    listeners:\n",
+        "    listners:\n",
+        "kafka.yaml: Kafka/rewardbus: Strimzi fields (tsc): spec/kafka/listners: "
+        "unknown field 'listners'",
+    ),
+    "strimzi unknown field in a list item": (
+        "kafka.yaml",
+        "        tls: false\n",
+        "        tls: false\n        tlss: true\n",
+        "Kafka/rewardbus: Strimzi fields (tsc): spec/kafka/listeners/0/tlss: unknown field 'tlss'",
+    ),
+    "strimzi topic unknown field": (
+        "topics.yaml",
+        "  partitions: 48\n",
+        "  partitions: 48\n  partitons: 48\n",
+        "KafkaTopic/rollouts-completions: Strimzi fields (tsc): spec/partitons: unknown field",
+    ),
     "unlisted file": ("stray.yaml", "", "kind: ConfigMap\n", "not listed in kustomization"),
 }
 
 
-@pytest.mark.parametrize("breakage", list(BREAKAGES), ids=list(BREAKAGES))
-def test_a_broken_copy_is_rejected(tmp_path: Path, breakage: str) -> None:
-    name, old, new, expected = BREAKAGES[breakage]
+def _edited_copy(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A copy of infra/k8s with `old` (once in `name`) replaced, or `name` created as `new`."""
     copy = tmp_path / "k8s"
     shutil.copytree(K8S, copy)
     target = copy / name
     text = target.read_text(encoding="utf-8") if target.exists() else ""
     assert text.count(old) == 1 or not old
     target.write_text(text.replace(old, new) if old else new, encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("breakage", list(BREAKAGES), ids=list(BREAKAGES))
+def test_a_broken_copy_is_rejected(tmp_path: Path, breakage: str) -> None:
+    copy = _edited_copy(tmp_path, *BREAKAGES[breakage][:3])
     problems = VALIDATOR.validate(copy)  # in-process: the schemas are loaded once
+    expected = BREAKAGES[breakage][3]
     assert any(expected in problem for problem in problems), problems
+
+
+def test_every_unknown_strimzi_field_in_one_object_is_named(tmp_path: Path) -> None:
+    # tsc stops at the first unknown field of an object literal; the validator asks again.
+    new = "    verson: 4.1.1\n    imagee: kafka:latest\n    listners: []\n"
+    problems = VALIDATOR.validate(_edited_copy(tmp_path, "kafka.yaml", "    version: 4.1.1\n", new))
+    for field in ("verson", "imagee", "listners"):
+        assert any(f"spec/kafka/{field}: unknown field '{field}'" in p for p in problems), problems
+
+
+def test_strimzi_fields_the_crd_leaves_open_are_accepted(tmp_path: Path) -> None:
+    # spec.kafka.config preserves unknown fields (any broker setting): no index signature lost.
+    old = "      group.initial.rebalance.delay.ms: 3000\n"
+    new = old + "      log.cleaner.threads: 2\n"
+    assert VALIDATOR.validate(_edited_copy(tmp_path, "kafka.yaml", old, new)) == []
+
+
+def test_tsc_messages_are_said_shortly() -> None:
+    long_type = "{ version?: string | undefined; ... }"
+    unknown = (
+        "Object literal may only specify known properties, "
+        f"and '\"tlss\"' does not exist in type '{long_type}'."
+    )
+    hinted = (
+        "Object literal may only specify known properties, but 'tlss' does not exist in type "
+        "'GenericListener'. Did you mean to write 'tls'?"
+    )
+    missing = (
+        f"Property '\"tls\"' is missing in type '{long_type}' but required in type '{long_type}'."
+    )
+    assert VALIDATOR._tsc_message(unknown) == ("unknown field 'tlss'", "tlss")
+    assert VALIDATOR._tsc_message(hinted) == ("unknown field 'tlss' (did you mean 'tls'?)", "tlss")
+    assert VALIDATOR._tsc_message(missing) == ("missing required field 'tls'", None)
 
 
 def test_the_command_fails_on_a_broken_copy(tmp_path: Path) -> None:
@@ -174,3 +233,48 @@ def test_worker_privileges_match_the_compose_worker() -> None:
     assert "apparmor=unconfined" in service["security_opt"]
     assert any(opt.startswith("seccomp=") for opt in service["security_opt"])
     assert not service.get("privileged", False)
+
+
+STATIC = K8S / "static-membership"
+
+
+def test_the_static_membership_overlay_validates_and_swaps_the_workers() -> None:
+    result = _validate(STATIC)
+    assert result.returncode == 0, result.stdout + result.stderr
+    docs, problems = VALIDATOR.render(STATIC)
+    assert problems == []
+    kinds = {(doc["kind"], doc["metadata"]["name"]) for _, doc in docs}
+    assert ("StatefulSet", "rewardbus-worker") in kinds
+    assert ("Deployment", "rewardbus-worker") not in kinds  # no second, dynamic set
+    assert ("Deployment", "rewardbus-aggregator") in kinds  # the rest of the base stays
+    (scaled,) = [doc for _, doc in docs if doc["kind"] == "ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+    assert scaled["spec"]["minReplicaCount"] == 1  # merged into, not replaced
+    assert {doc["metadata"].get("namespace") for _, doc in docs} - {None} == {"rewardbus"}
+
+
+def test_the_static_workers_run_the_base_pod_with_their_names_as_instance_ids() -> None:
+    (statefulset,) = [
+        doc
+        for doc in yaml.safe_load_all((STATIC / "worker-statefulset.yaml").read_text())
+        if doc and doc["kind"] == "StatefulSet"
+    ]
+    static = statefulset["spec"]["template"]
+    base = _one("Deployment", "rewardbus-worker")["spec"]["template"]
+    args = static["spec"]["containers"][0]["args"]
+    assert "--instance-id=$(POD_NAME)" in args
+    args.remove("--instance-id=$(POD_NAME)")
+    assert static == base  # the same pod, privileges and limits included
+    # Pod names are stable only under a StatefulSet; the headless Service names them.
+    assert statefulset["spec"]["serviceName"] == "rewardbus-worker-metrics"
+
+
+def test_a_patch_that_names_no_resource_is_a_problem(tmp_path: Path) -> None:
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    overlay = copy / "static-membership" / "kustomization.yaml"
+    text = overlay.read_text(encoding="utf-8")
+    assert text.count("kind: ScaledObject") == 1
+    overlay.write_text(text.replace("kind: ScaledObject", "kind: ScaledObjekt"))
+    problems = VALIDATOR.validate(copy / "static-membership")
+    assert any("names no resource: ScaledObjekt/rewardbus-worker" in p for p in problems), problems
