@@ -49,8 +49,9 @@ __all__ = ["FINGERPRINT_VERSION", "fingerprint", "normalize_code"]
 # main returned (fp/5 printed it from a destructor, which libc's exit reached by
 # __real_exit or dlsym ran too), and no language's binary holds it as text. fp/7: Python
 # assert suites fail a value whose comparison is not an equality (an always-true __eq__,
-# __lt__, a constant __sub__ or a program's own abs passed them).
-FINGERPRINT_VERSION = "rewardbus-fp/7"
+# __lt__, a constant __sub__ or a program's own abs passed them). fp/8: and the links of
+# a chained comparison (``0 <= f(x) < n`` passed with an always-true __le__).
+FINGERPRINT_VERSION = "rewardbus-fp/8"
 
 # Canonical language names (Language.name) whose toolchains read CRLF as LF.
 _CRLF_AGNOSTIC = frozenset({"python", "javascript", "java", "go", "rust", "c", "cpp"})

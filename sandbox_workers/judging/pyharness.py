@@ -45,9 +45,11 @@ calls of ``_compare``: plain data (builtin scalars, and builtin containers of th
 works as usual; for any other value the test fails when it also compares equal to a
 value it cannot honestly equal (a fresh object, or the expected value at its place
 changed; also inside a builtin list, tuple or dict), is ordered against NaN, or gives
-the same difference whatever number is subtracted from it. Chained comparisons and
-other arithmetic are left as written (a value whose ``-`` returns itself and whose
-``abs()`` returns 0 still passes ``abs(f(x) - y) < 1e-6``). With an entry point
+the same difference whatever number is subtracted from it. A chained comparison
+(``0 <= f(x) < n``) is guarded link by link when the operands after its second are
+constants or names (evaluating those first changes nothing); other chains, and other
+arithmetic, are left as written (a value whose ``-`` returns itself and whose ``abs()``
+returns 0 still passes ``abs(f(x) - y) < 1e-6``). With an entry point
 (HumanEval's ``check(candidate)``) the tests reach the program only through
 ``candidate``, so the builtin names they use (``abs``, ``len``, ``sum``) are compiled
 to the real builtins: a program's own ``abs = lambda x: 0`` does not answer for them.
@@ -432,6 +434,7 @@ def _check(program: CodeType, setup: CodeType, case: CodeType | None, entry: str
     exec(program, namespace)  # noqa: S102 - running the program is the point (inside the jail)
     # After the program: a name of its own by that name is replaced.
     namespace[_GUARD] = _compare
+    namespace[_CHAIN] = _compare_chain
     namespace[_BUILTINS] = builtins
     exec(setup, namespace)  # noqa: S102 - the suite's test code
     candidate = None
@@ -458,6 +461,7 @@ def _check(program: CodeType, setup: CodeType, case: CodeType | None, entry: str
 # define or rebind it by name beforehand. One leading underscore: a `__name` would be
 # mangled inside a class of the tests (unittest style) and not be found.
 _GUARD = f"_rewardbus_compare_{os.urandom(8).hex()}"
+_CHAIN = f"_rewardbus_chain_{os.urandom(8).hex()}"
 # The real builtins, for tests that must not see a program's `abs = lambda x: 0`.
 _BUILTINS = f"_rewardbus_builtins_{os.urandom(8).hex()}"
 _BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("_"))
@@ -513,15 +517,20 @@ class _GuardComparisons(ast.NodeTransformer):
         return ast.copy_location(real, node)
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        # Python evaluates a chain's later operands only while it holds; the guard
+        # call evaluates them all first, which only constants and names allow.
+        eager = all(_pure(operand) for operand in node.comparators[1:])
         self.generic_visit(node)
-        op = _COMPARISONS.get(type(node.ops[0])) if len(node.ops) == 1 else None
-        if op is None:
+        ops = [_COMPARISONS.get(type(op)) for op in node.ops]
+        if None in ops or not eager:
             return node
-        call = ast.Call(
-            func=ast.Name(id=_GUARD, ctx=ast.Load()),
-            args=[ast.Constant(op), node.left, node.comparators[0]],
-            keywords=[],
-        )
+        if len(ops) == 1:
+            args = [ast.Constant(ops[0]), node.left, node.comparators[0]]
+            guard = _GUARD
+        else:
+            args = [ast.Constant(tuple(ops)), node.left, *node.comparators]
+            guard = _CHAIN
+        call = ast.Call(func=ast.Name(id=guard, ctx=ast.Load()), args=args, keywords=[])
         return ast.copy_location(call, node)
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
@@ -535,6 +544,17 @@ class _GuardComparisons(ast.NodeTransformer):
             keywords=[],
         )
         return ast.copy_location(call, node)
+
+
+def _pure(node: ast.expr) -> bool:
+    """Whether evaluating ``node`` early, or when it would not have been, changes nothing."""
+    if isinstance(node, ast.Constant | ast.Name):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        return isinstance(node.operand, ast.Constant)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return all(_pure(element) for element in node.elts)
+    return False
 
 
 def _compile_tests(code: str, filename: str, protect_builtins: bool = False) -> CodeType:
@@ -607,6 +627,16 @@ def _compare(op: str, left: Any, right: Any) -> Any:
             _check_ordering(op, left, right)
     elif truth is (op in ("==", "in")):
         _check_equality(op, left, right)
+    return result
+
+
+def _compare_chain(ops: tuple[str, ...], *operands: Any) -> Any:
+    """``a <op0> b <op1> c ...`` as Python chains it, each link through _compare."""
+    result: Any = True
+    for index, op in enumerate(ops):
+        result = _compare(op, operands[index], operands[index + 1])
+        if not result:
+            return result
     return result
 
 

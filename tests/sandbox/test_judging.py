@@ -422,6 +422,19 @@ async def test_a_value_that_fakes_a_tolerance_check_does_not_pass_it(
     assert await judge(executor, honest, _TOLERANCE_SUITE) == [AC]
 
 
+async def test_a_value_inside_every_range_does_not_pass_a_chained_comparison(
+    executor: Executor,
+) -> None:
+    suite = AssertSuite(cases=["assert 0 <= candidate([0.5, 1.0]) < 1"], entry_point="mean")
+    hack = (
+        "class R:\n    __le__ = __lt__ = __ge__ = __gt__ = lambda s, o: True\n"
+        "def mean(xs):\n    return R()\n"
+    )
+    assert await judge(executor, hack, suite) == [WA]
+    honest = "def mean(xs):\n    return sum(xs) / len(xs)\n"
+    assert await judge(executor, honest, suite) == [AC]
+
+
 @pytest.mark.parametrize("hack", _EQUALITY_HACKS.values(), ids=_EQUALITY_HACKS.keys())
 async def test_a_value_that_equals_anything_does_not_pass_the_asserts(
     executor: Executor, hack: str

@@ -16,7 +16,7 @@ from sandbox_workers.judging import pyharness as harness
 
 
 def _run(code: str, **names: Any) -> dict[str, Any]:
-    namespace = {**names, harness._GUARD: harness._compare}
+    namespace = {**names, **_injected()}
     exec(harness._compile_tests(code, "tests.py"), namespace)
     return namespace
 
@@ -67,13 +67,14 @@ def test_a_container_holding_itself_is_not_plain_and_does_not_recurse_forever() 
 
 def test_the_tests_comparisons_keep_their_results() -> None:
     found = _run(
-        "a = x == 2\nb = x != 2\nc = x in (1, 2)\nd = x not in [2]\ne = y == 5\nf = 1 < x < 3\n",
+        "a = x == 2\nb = x != 2\nc = x in (1, 2)\nd = x not in [2]\ne = y == 5\n"
+        "f = 1 < x < 3\ng = 3 < x < 9\nh = 1 < x < 0\n",
         x=2,
         y=_Elementwise(),
     )
     assert (found["a"], found["b"], found["c"], found["d"]) == (True, False, True, False)
     assert type(found["e"]) is _Ambiguous  # not turned into a bool
-    assert found["f"] is True  # chained comparisons are left as written
+    assert (found["f"], found["g"], found["h"]) == (True, False, False)  # chains as Python
 
 
 def test_a_value_equal_to_anything_fails_the_comparison_that_trusts_it() -> None:
@@ -137,6 +138,35 @@ def test_a_difference_that_ignores_what_is_subtracted_is_a_fake() -> None:
     assert _run("d = 7 - 2\n")["d"] == 5
 
 
+def test_each_link_of_a_chained_comparison_is_guarded() -> None:
+    class Inside:
+        def __le__(self, other: object) -> bool:
+            return True
+
+        __lt__ = __ge__ = __gt__ = __le__
+
+    with pytest.raises(harness._NotAnEquality, match="is not an ordering"):
+        _run("assert 0 <= got < 10\n", got=Inside())
+    with pytest.raises(harness._NotAnEquality, match="is not an equality"):
+        _run("assert got == 1 == one\n", got=_AlwaysEqual(), one=1)
+    _run("assert 0 <= got < 1 <= 1\n", got=Fraction(1, 2))  # honest
+    with pytest.raises(AssertionError):
+        _run("assert 0 <= got < -1\n", got=Fraction(1, 2))
+
+
+def test_a_chain_whose_later_operands_are_calls_keeps_python_s_short_circuit() -> None:
+    """`a < b < f()` calls f only while the chain holds: such a chain is left as written."""
+    calls: list[int] = []
+
+    def later() -> int:
+        calls.append(1)
+        return 5
+
+    found = _run("r = 3 < x < later()\n", x=1, later=later)
+    assert found["r"] is False
+    assert calls == []
+
+
 def test_the_guard_is_found_from_a_class_of_the_tests() -> None:
     """unittest-style tests: a class body mangles `__names`; the guard's name is not one."""
     code = (
@@ -167,4 +197,8 @@ def test_with_an_entry_point_the_tests_builtins_are_the_real_ones() -> None:
 def _injected() -> dict[str, Any]:
     import builtins
 
-    return {harness._GUARD: harness._compare, harness._BUILTINS: builtins}
+    return {
+        harness._GUARD: harness._compare,
+        harness._CHAIN: harness._compare_chain,
+        harness._BUILTINS: builtins,
+    }
