@@ -521,14 +521,15 @@ class _GuardComparisons(ast.NodeTransformer):
         # call evaluates them all first, which only constants and names allow.
         eager = all(_pure(operand) for operand in node.comparators[1:])
         self.generic_visit(node)
-        ops = [_COMPARISONS.get(type(op)) for op in node.ops]
-        if None in ops or not eager:
+        ops = [_COMPARISONS[type(op)] for op in node.ops if type(op) in _COMPARISONS]
+        if len(ops) < len(node.ops) or not eager:
             return node
         if len(ops) == 1:
             args = [ast.Constant(ops[0]), node.left, node.comparators[0]]
             guard = _GUARD
         else:
-            args = [ast.Constant(tuple(ops)), node.left, *node.comparators]
+            names = ast.Tuple(elts=[ast.Constant(op) for op in ops], ctx=ast.Load())
+            args = [names, node.left, *node.comparators]
             guard = _CHAIN
         call = ast.Call(func=ast.Name(id=guard, ctx=ast.Load()), args=args, keywords=[])
         return ast.copy_location(call, node)
