@@ -5,9 +5,10 @@ set -euo pipefail
 cache=${REWARDBUS_CACHE:-$HOME/.cache/rewardbus}
 base=${BASE_IMAGE:-rewardbus-base:bookworm}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+python=${PYTHON:-$repo/.venv/bin/python}
 build() {
   local name=$1 binary=$2 ctx
-  [ -x "$binary" ] || { echo "error: $binary missing: run make observability-tools" >&2; exit 1; }
+  [ -x "$binary" ] || { echo "error: no $name binary ($binary): run make observability-tools" >&2; exit 1; }
   ctx=$(mktemp -d)
   cp "$binary" "$ctx/$name"
   cp "$repo/infra/compose/prometheus.yml" "$repo"/infra/prometheus/*.rules.yml "$ctx/"
@@ -22,5 +23,6 @@ DOCKERFILE
   rm -rf "$ctx"
   echo "built rewardbus-$name:latest"
 }
-build jaeger "$cache/bin/jaeger-v1.76.0"
-build prometheus "$cache/bin/prometheus-v0.316.0"
+# The binaries' paths (their names carry version and build variant), built if missing.
+build jaeger "$("$python" -m rewardbus.observability.gotools jaeger)"
+build prometheus "$("$python" -m rewardbus.observability.gotools prometheus)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -79,6 +80,7 @@ def _eventually(check: Callable[[], bool], timeout_s: float) -> bool:
 def deployment(docker_engine: docker.DockerClient) -> Iterator[Deployment]:
     images = subprocess.run(
         [str(ROOT / "infra" / "compose" / "observability-images.sh")],
+        env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=600,
