@@ -60,10 +60,12 @@ WORKER_LANGUAGES ?=
 images: $(VENV)/.installed kafka-jars docker-engine
 	PYTHON=$(BIN)/python WORKER_LANGUAGES="$(WORKER_LANGUAGES)" infra/docker/images.sh
 
-# The images tests/containers/ run: the worker with the four cheap toolchains (a 1.8 GB
-# image of all ten would take minutes per container start on this machine's vfs engine).
+# The images tests/containers/ run: those of `make images` (one test judges every
+# language in the full worker) and the worker with the four cheap toolchains, which the
+# others start (the 1.8 GB full one takes minutes per container start on a vfs engine).
+# After `images`, never beside it: both write images.sh's build contexts.
 TEST_WORKER_LANGUAGES := python bash perl sql
-test-images: $(VENV)/.installed kafka-jars docker-engine
+test-images: images
 	PYTHON=$(BIN)/python WORKER_LANGUAGES="$(TEST_WORKER_LANGUAGES)" infra/docker/images.sh
 
 # Three KRaft brokers, Jaeger, Prometheus, WORKERS sandbox workers and the aggregator.
@@ -72,7 +74,7 @@ COMPOSE ?= docker-compose
 COMPOSE_FILE := infra/compose/docker-compose.yml
 export REWARDBUS_SECCOMP_PROFILE ?= $(REWARDBUS_CACHE)/images/seccomp-worker.json
 compose-up: images observability-tools
-	infra/compose/observability-images.sh
+	PYTHON=$(BIN)/python infra/compose/observability-images.sh
 	$(COMPOSE) -f $(COMPOSE_FILE) up -d --scale worker=$(WORKERS)
 
 # The demo on the compose deployment: its worker replicas and aggregator do the work.

@@ -8,8 +8,9 @@
 #   rewardbus-aggregator      the stream aggregator
 #
 # Each image is tagged with a hash of everything it is built from (Dockerfile, build
-# context, build arguments, base image id) and retagged :latest; an image whose hash
-# tag exists is not rebuilt. With a registry, build the Dockerfiles directly: they
+# context, build arguments, base image id) and retagged :latest (the worker also by its
+# languages, e.g. rewardbus-worker:python-bash-perl-sql); an image whose hash tag
+# exists is not rebuilt. With a registry, build the Dockerfiles directly: they
 # default to BASE_IMAGE=debian:bookworm-slim.
 #
 #   WORKER_LANGUAGES  the worker's toolchains (default: all ten; `make test` builds
@@ -136,6 +137,9 @@ build_image() {
     log "built $tag in $(( SECONDS - t0 )) s ($(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
   fi
   docker tag "$tag" "rewardbus-$name:latest"
+  # And by its language set, which stays when another set takes :latest (the container
+  # tests name the worker they start: rewardbus-worker:python-bash-perl-sql).
+  [ "$name" = worker ] && docker tag "$tag" "rewardbus-worker:${languages// /-}"
   # Older hash tags of this image (of this language set, or from before the tags named
   # one): on vfs each holds a full copy of its layers.
   docker images --format '{{.Repository}}:{{.Tag}}' "rewardbus-$name" \

@@ -1,6 +1,6 @@
 """testcontainers fixtures: the project's own images on a local Docker engine.
 
-`make images` builds rewardbus-kafka / -worker / -aggregator (infra/docker/images.sh)
+`make test-images` builds rewardbus-kafka / -worker / -aggregator (infra/docker/images.sh)
 and `.ci/run` starts the engine (infra/docker/dockerd.sh). Without an engine or the
 images these tests fail, saying which: they are never skipped. Ryuk (testcontainers'
 reaper) is disabled because its image cannot be pulled here; fixtures stop what
@@ -20,6 +20,7 @@ from testcontainers.core.container import DockerContainer
 from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings, Topics
 from tests.containers.harness import (
+    FULL_WORKER_IMAGE,
     KAFKA_IMAGE,
     PARTITIONS,
     SECCOMP_PROFILE,
@@ -42,10 +43,12 @@ def docker_engine() -> Iterator[docker.DockerClient]:
             " infra/docker/dockerd.sh (`.ci/run` and `make images` do)",
             pytrace=False,
         )
-    missing = [i for i in (KAFKA_IMAGE, WORKER_IMAGE) if not _has_image(client, i)]
+    images = (KAFKA_IMAGE, WORKER_IMAGE, FULL_WORKER_IMAGE)
+    missing = [i for i in images if not _has_image(client, i)]
     if missing or not SECCOMP_PROFILE.is_file():
         pytest.fail(
-            f"missing {missing or [str(SECCOMP_PROFILE)]}: run `make images`", pytrace=False
+            f"missing {missing or [str(SECCOMP_PROFILE)]}: run `make test-images`",
+            pytrace=False,
         )
     yield client
     client.close()

@@ -20,7 +20,16 @@ from testcontainers.core.container import DockerContainer
 from schemas import KafkaSettings, RewardEvent, decode
 
 KAFKA_IMAGE = os.environ.get("REWARDBUS_KAFKA_IMAGE", "rewardbus-kafka:latest")
-WORKER_IMAGE = os.environ.get("REWARDBUS_WORKER_IMAGE", "rewardbus-worker:latest")
+# The worker of `make test-images` (four languages), by the tag naming its languages:
+# :latest is whichever worker images.sh built last.
+WORKER_IMAGE = os.environ.get("REWARDBUS_WORKER_IMAGE", "rewardbus-worker:python-bash-perl-sql")
+# The worker of `make images`, with every language: what a deployment runs.
+FULL_WORKER_LANGUAGES = (
+    "python", "c", "cpp", "bash", "perl", "sql", "javascript", "java", "go", "rust"
+)  # fmt: skip
+FULL_WORKER_IMAGE = os.environ.get(
+    "REWARDBUS_FULL_WORKER_IMAGE", "rewardbus-worker:" + "-".join(FULL_WORKER_LANGUAGES)
+)
 _CACHE = Path(os.environ.get("REWARDBUS_CACHE", Path.home() / ".cache" / "rewardbus"))
 SECCOMP_PROFILE = _CACHE / "images" / "seccomp-worker.json"
 PARTITIONS = 6
