@@ -129,6 +129,10 @@ SQL_SCHEMA = "CREATE TABLE pair(a INTEGER, b INTEGER); INSERT INTO pair VALUES (
 IO = IoSuite(inputs=["2 3\n", "40 2\n"], outputs=["5\n", "42\n"], stop_on_first_failure=True)
 SQL_IO = IoSuite(inputs=[SQL_SCHEMA], outputs=["5\n"])
 LIMITS = Limits(time_s=1.0, total_time_s=10.0, memory_mb=128, output_kb=64)
+# A memory-limit case gets CPU time to spare, so that only the memory limit can end it:
+# near the limit the kernel's reclaim is charged to the program, and bash's string
+# doubling reached 128 MB after 0.8-1.0 s of CPU here (once past a 1 s limit: time_limit).
+MEMORY_LIMITS = Limits(time_s=5.0, total_time_s=10.0, memory_mb=128, output_kb=64)
 
 CASES = [
     pytest.param(language, verdict, id=f"{language}-{verdict.value}")
@@ -161,7 +165,7 @@ async def test_verdict(executor: Executor, language: str, verdict: Verdict) -> N
         language=language,
         code=PROGRAMS[language][verdict],
         tests=suite,
-        limits=LIMITS,
+        limits=MEMORY_LIMITS if verdict is MLE else LIMITS,
     )
     event = await executor.run(completion)
     assert event.verdict is verdict, (event.message, event.tests, event.stderr_tail[-500:])
