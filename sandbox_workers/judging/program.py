@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from sandbox_workers.compile_cache import Artifact, CompileCache, artifact_key
-from sandbox_workers.judging.classify import describe_exit
+from sandbox_workers.judging.classify import describe_exit, describe_timeout
 from sandbox_workers.languages import BASE_ENV, CompileStep, Language, Toolchain, utf8
 from sandbox_workers.sandbox import (
     DEFAULT_BACKSTOP,
@@ -193,6 +193,11 @@ class Builder:
         return built
 
     def _artifact(self, step: CompileStep, result: ExecResult) -> tuple[Artifact, bool]:
+        if result.timed_out_by == "wall":
+            # A compiler runs no code of the program's and reads no input: one that
+            # sits past the backstop (its waits for a CPU already credited) was held
+            # up by the host, so the executor tries again, then says sandbox_error.
+            raise SandboxFault("compiler " + describe_timeout(result))
         if result.timed_out or result.memory_exceeded:
             # Possibly load-dependent (the wall backstop, memory held by page
             # cache): report it, but let the next attempt try again.

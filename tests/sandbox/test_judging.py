@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -886,3 +887,65 @@ async def test_persistent_faults_are_sandbox_errors_not_wrong_answers(
     event = await broken.run(run(executor, "print(1)\n", IoSuite(inputs=[""], outputs=["1"])))
     assert (event.verdict, event.attempt, event.score) == (Verdict.SANDBOX_ERROR, 3, 0.0)
     assert "injected" in event.message
+
+
+@dataclass
+class StalledCompiler:
+    """Wraps the jail; its first ``stalls`` compilations block past a short backstop.
+
+    The compiler is swapped for a ``sleep`` in the real jail, so the result is the
+    jail's own wall-backstop timeout, as a compiler held up by the host gets.
+    """
+
+    inner: JailSandbox
+    stalls: int
+
+    @property
+    def degraded(self) -> tuple[str, ...]:
+        return self.inner.degraded
+
+    async def execute(self, request: ExecRequest) -> ExecResult:
+        if request.collect and self.stalls > 0:
+            self.stalls -= 1
+            stalled = replace(
+                request, argv=("/bin/sleep", "30"), time_s=0.2, wall_s=0.4, wall_cap_s=0.4
+            )
+            result = await self.inner.execute(stalled)
+            assert result.timed_out_by == "wall", result
+            return result
+        return await self.inner.execute(request)
+
+    async def aclose(self) -> None:
+        """The wrapped jail belongs to its fixture, which closes it."""
+
+
+_C_PRINTS_7 = '#include <stdio.h>\nint main(void) { puts("7"); return 0; }\n'
+
+
+async def test_a_compiler_stalled_by_the_host_is_retried_not_a_compile_error(
+    jail: JailSandbox, tmp_path: Path
+) -> None:
+    config = ExecutorConfig(max_attempts=2, compile_cache_dir=tmp_path)
+    stalled = StalledCompiler(jail, stalls=1)
+    completion = Completion(
+        sample_id="s", language="c", code=_C_PRINTS_7, tests=IoSuite(inputs=[""], outputs=["7"])
+    )
+    event = await Executor(config, stalled).run(completion)
+    assert (event.verdict, event.attempt, stalled.stalls) == (AC, 2, 0)
+
+
+async def test_a_compiler_stalled_on_every_attempt_is_a_sandbox_error_and_not_cached(
+    jail: JailSandbox, tmp_path: Path
+) -> None:
+    config = ExecutorConfig(max_attempts=2, compile_cache_dir=tmp_path)
+    stalled = StalledCompiler(jail, stalls=2)
+    executor = Executor(config, stalled)
+    completion = Completion(
+        sample_id="s", language="c", code=_C_PRINTS_7, tests=IoSuite(inputs=[""], outputs=["7"])
+    )
+    event = await executor.run(completion)
+    assert (event.verdict, event.attempt) == (Verdict.SANDBOX_ERROR, 2)
+    assert "compiler wall backstop" in event.message, event.message
+    # Nothing was cached for the source: once the host recovers, it compiles and passes.
+    again = await executor.run(completion)
+    assert (again.verdict, again.attempt) == (AC, 1)
