@@ -38,7 +38,7 @@ from sandbox_workers.compile_cache import CompileCache
 from sandbox_workers.errors import SandboxWorkerError
 from sandbox_workers.extract import extract_code
 from sandbox_workers.judging.classify import tail_text
-from sandbox_workers.judging.harness import HarnessPlan, harness_languages
+from sandbox_workers.judging.harness import HarnessPlan, TestCodeCache, harness_languages
 from sandbox_workers.judging.program import Builder, CompileFailure, Program
 from sandbox_workers.judging.runner import SuiteRun, SuiteRunner, checker_judge, output_judge
 from sandbox_workers.judging.scoring import score_tests
@@ -84,6 +84,9 @@ class ExecutorConfig:
     ``toolchains`` skips discovery (tests share one discovery across executors).
     ``backstop`` is the wall-clock backstop of every time limit (tests, the
     harness's per-test limits, compiles, the total budget), which are CPU time.
+    ``test_code_cache_bytes`` bounds the Python assert suites kept compiled
+    (:class:`~sandbox_workers.judging.harness.TestCodeCache`); 0 compiles each
+    suite's tests in the sandbox at every execution.
     """
 
     worker_id: str = ""
@@ -94,6 +97,7 @@ class ExecutorConfig:
     compile_cache_bytes: int = 256 << 20
     toolchains: Mapping[str, Toolchain] | None = None
     backstop: WallBackstop = DEFAULT_BACKSTOP
+    test_code_cache_bytes: int = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,9 @@ class Executor:
             sandbox, self._cache, message_bytes=config.message_bytes, backstop=config.backstop
         )
         self._end_marker = _end_marker(state_dir)
+        self._test_code = (
+            TestCodeCache(config.test_code_cache_bytes) if config.test_code_cache_bytes else None
+        )
 
     async def aclose(self) -> None:
         """Release the sandbox (its warm zygotes and cgroups); no execution may be running."""
@@ -237,14 +244,21 @@ class Executor:
         if isinstance(suite, IoSuite):
             return _Judgement(run=await self._io(runner, program, suite, limits))
         if isinstance(suite, AssertSuite):
+            tests: list[str | None] = list(suite.cases) if suite.cases else [None]
+            compiled = None
+            python = task.language.name == "python" and _same_python(task.toolchain)
+            if self._test_code is not None and python:
+                protect = suite.entry_point is not None
+                compiled = self._test_code.get(suite.code, tests, protect_builtins=protect)
             plan = HarnessPlan(
                 language=task.language.name,
                 mode="assert",
-                tests=list(suite.cases) if suite.cases else [None],
+                tests=list(tests),
                 time_s=limits.time_s,
                 memory_mb=limits.memory_mb,
                 setup=suite.code,
                 entry_point=suite.entry_point,
+                compiled=compiled,
             )
             return _Judgement(run=await runner.harness_tests(program, plan, None, None))
         return _Judgement(run=await self._checked(runner, program, suite, limits))

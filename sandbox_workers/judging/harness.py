@@ -9,6 +9,7 @@ here, so a program cannot read the answers it is judged against.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import marshal
 import secrets
@@ -16,11 +17,21 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
+from sandbox_workers.judging import pyharness
 from sandbox_workers.judging.jsharness import JS_HARNESS
 from sandbox_workers.languages import utf8
+from sandbox_workers.lru import ByteLRU
 from sandbox_workers.sandbox import DEFAULT_BACKSTOP, WallBackstop
 
-__all__ = ["HarnessPlan", "harness_languages", "new_markers", "parse_records", "strip_markers"]
+__all__ = [
+    "CompiledTests",
+    "HarnessPlan",
+    "TestCodeCache",
+    "harness_languages",
+    "new_markers",
+    "parse_records",
+    "strip_markers",
+]
 
 # Must match MARKER_BYTES in the harnesses: 16 random bytes as hex, and a newline.
 _MARKER_HEX_BYTES = 16
@@ -39,6 +50,53 @@ def harness_languages() -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class CompiledTests:
+    """A Python assert suite's test code, compiled with the guard: marshalled, and its names."""
+
+    code: bytes
+    guard_names: tuple[str, str, str]
+
+
+class TestCodeCache:
+    """Python assert suites compiled once per suite, not once per execution.
+
+    Parsing and guarding a suite's comparisons (``pyharness.compile_suite``) took
+    ~1.2 ms of a HumanEval execution, more for suites of many asserts, and a GRPO
+    group runs one suite for every sample. The sandbox runs this interpreter (see
+    :func:`_harness_source`), so it loads the marshalled code as its own.
+    """
+
+    __test__ = False  # (not a pytest class, whatever its name)
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self._compiled: ByteLRU[str, CompiledTests | None] = ByteLRU(max_bytes)
+
+    def get(
+        self, setup: str, cases: list[str | None], *, protect_builtins: bool
+    ) -> CompiledTests | None:
+        """The compiled suite; None when it does not compile (the harness then says why)."""
+        key = _suite_key(setup, cases, protect_builtins)
+        if key in self._compiled:
+            return self._compiled.get(key)
+        compiled: CompiledTests | None = None
+        try:
+            code = marshal.dumps(pyharness.compile_suite(setup, cases, protect_builtins))
+            compiled = CompiledTests(code, pyharness.guard_names())
+        except (SyntaxError, ValueError):
+            pass  # rare: the harness compiles it again and reports the error as it did
+        self._compiled.put(key, compiled, len(compiled.code) if compiled else len(key))
+        return compiled
+
+
+def _suite_key(setup: str, cases: list[str | None], protect_builtins: bool) -> str:
+    digest = hashlib.sha256(b"protect" if protect_builtins else b"plain")
+    for part in (setup, *cases):
+        encoded = b"\0" if part is None else b"c" + part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
 class HarnessPlan:
     """Everything one harness execution needs, before markers are drawn."""
 
@@ -50,6 +108,8 @@ class HarnessPlan:
     fn_name: str | None = None
     setup: str = ""
     entry_point: str | None = None
+    # Python assert suites: the test code already compiled (then sent instead of it).
+    compiled: CompiledTests | None = None
 
     @property
     def entry(self) -> str:
@@ -87,11 +147,17 @@ class HarnessPlan:
             "budget_s": budget_s,
             "stop_on_failure": stop_on_failure,
         }
-        return {
-            script: _harness_source(self.language),
-            program: utf8(source),
-            "spec.json": json.dumps(spec).encode(),
-        }
+        files = {script: _harness_source(self.language), program: utf8(source)}
+        if self.compiled is not None:
+            del spec["tests"], spec["setup"]
+            spec.update(
+                count=len(self.tests),
+                compiled="tests.marshal",
+                guard_names=list(self.compiled.guard_names),
+            )
+            files["tests.marshal"] = self.compiled.code
+        files["spec.json"] = json.dumps(spec).encode()
+        return files
 
 
 def new_markers(count: int) -> list[str]:

@@ -1,10 +1,11 @@
 """In-sandbox harness for Python function-call and assert suites.
 
 This file is copied into the jail and run there by the sandbox's Python (stdlib
-only); the worker never imports it. It runs every test of one completion in one
-execution, each test in a forked child so that tests cannot see each other's
-module state, and so that ``sys.exit``, ``os._exit``, a crash, a hang or a
-runaway allocation ends only that test.
+only); the worker imports it only to compile assert suites (:func:`compile_suite`).
+It runs every test of one completion in one execution, each test in a forked
+child so that tests cannot see each other's module state, and so that
+``sys.exit``, ``os._exit``, a crash, a hang or a runaway allocation ends only
+that test.
 
 Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
 
@@ -17,7 +18,10 @@ Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
   less the time it waited for a CPU, whichever is more), ``stop_on_failure``,
   ``tests`` (call: the argument list of each call; assert: each case's code,
   or null for the single ``check(entry_point)`` test), ``fn_name``, ``setup``
-  (assert: test code run after the program), ``entry_point``.
+  (assert: test code run after the program), ``entry_point``. Or, for an assert
+  suite the worker compiled (once per suite, not per execution): ``compiled`` (the
+  file holding the marshalled ``compile_suite`` result), ``guard_names`` (the names
+  it was compiled with) and ``count`` instead of ``tests`` and ``setup``.
 - stdin: one random marker per test (32 hex digits and a newline).
 - stdout: after test *i* has finished and its processes are gone, one line
   ``<marker i> <json record>``.
@@ -66,6 +70,7 @@ import ast
 import builtins
 import contextlib
 import json
+import marshal
 import math
 import operator
 import os
@@ -127,32 +132,41 @@ def _jobs(spec: dict[str, Any]) -> list[Callable[[], Record] | Record]:
     """One callable per test, or a ready record when the test cannot run at all."""
     with open(spec["source"], encoding="utf-8") as handle:
         source = handle.read()
-    tests: list[Any] = spec["tests"]
+    # Compiled assert tests travel without their source, so as a count.
+    count = spec["count"] if "compiled" in spec else len(spec["tests"])
     try:
         program = compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError) as exc:
         failed = {"verdict": "compile_error", "message": _describe(exc)}
-        return [failed for _ in tests]
+        return [failed for _ in range(count)]
     if spec["mode"] == "call":
         name: str = spec["fn_name"]
-        return [_bind_call(program, name, args) for args in tests]
+        return [_bind_call(program, name, args) for args in spec["tests"]]
     try:
-        # HumanEval's shape reaches the program only through `candidate`: every builtin
-        # name its tests use means the builtin, whatever the program bound to it.
-        protect = spec.get("entry_point") is not None
-        setup = _compile_tests(spec.get("setup") or "", "tests.py", protect)
-        cases = [
-            None if case is None else _compile_tests(case, f"case{i}", protect)
-            for i, case in enumerate(tests)
-        ]
+        setup, cases = _assert_tests(spec)
     except (SyntaxError, ValueError) as exc:
         broken = {
             "verdict": "sandbox_error",
             "message": "test code does not compile: " + _describe(exc),
         }
-        return [broken for _ in tests]
+        return [broken for _ in range(count)]
     entry: str | None = spec.get("entry_point")
     return [_bind_assert(program, setup, case, entry) for case in cases]
+
+
+def _assert_tests(spec: dict[str, Any]) -> tuple[CodeType, list[CodeType | None]]:
+    """The suite's test code and cases, guarded: compiled by the worker, or here."""
+    global _GUARD, _CHAIN, _BUILTINS  # the names the worker compiled the tests with
+    compiled: str | None = spec.get("compiled")
+    if compiled is None:
+        # HumanEval's shape reaches the program only through `candidate`: every builtin
+        # name its tests use means the builtin, whatever the program bound to it.
+        protect = spec.get("entry_point") is not None
+        return compile_suite(spec.get("setup") or "", spec["tests"], protect)
+    _GUARD, _CHAIN, _BUILTINS = spec["guard_names"]
+    with open(compiled, "rb") as handle:
+        setup, cases = marshal.loads(handle.read())  # noqa: S302 - the worker's own output
+    return setup, cases
 
 
 def _bind_call(program: CodeType, name: str, args: Any) -> Callable[[], Record]:
@@ -457,8 +471,9 @@ def _check(program: CodeType, setup: CodeType, case: CodeType | None, entry: str
 
 # --- the tests' comparisons (see the module docstring) --------------------------
 
-# The guard's name in the tests' namespace: drawn per run, so the program cannot
-# define or rebind it by name beforehand. One leading underscore: a `__name` would be
+# The guard's name in the tests' namespace: drawn at random (per run, or per worker
+# process when the worker compiled the tests), so the program cannot define or
+# rebind it by name beforehand. One leading underscore: a `__name` would be
 # mangled inside a class of the tests (unittest style) and not be found.
 _GUARD = f"_rewardbus_compare_{os.urandom(8).hex()}"
 _CHAIN = f"_rewardbus_chain_{os.urandom(8).hex()}"
@@ -556,6 +571,25 @@ def _pure(node: ast.expr) -> bool:
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return all(_pure(element) for element in node.elts)
     return False
+
+
+def compile_suite(
+    setup: str, cases: list[str | None], protect_builtins: bool
+) -> tuple[CodeType, list[CodeType | None]]:
+    """An assert suite's test code and cases compiled with the guard (module docstring).
+
+    ``protect_builtins``: the builtin names the tests use mean the real builtins.
+    Raises SyntaxError or ValueError when the test code does not compile.
+    """
+    return _compile_tests(setup, "tests.py", protect_builtins), [
+        None if case is None else _compile_tests(case, f"case{i}", protect_builtins)
+        for i, case in enumerate(cases)
+    ]
+
+
+def guard_names() -> tuple[str, str, str]:
+    """The names the guard's functions take in the tests' namespace (drawn at import)."""
+    return _GUARD, _CHAIN, _BUILTINS
 
 
 def _compile_tests(code: str, filename: str, protect_builtins: bool = False) -> CodeType:

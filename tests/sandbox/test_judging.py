@@ -445,6 +445,30 @@ async def test_a_value_that_equals_anything_does_not_pass_the_asserts(
     assert "is not an equality" in event.tests[0].message
 
 
+@pytest.mark.parametrize("cache_bytes", [32 << 20, 0], ids=["by-the-worker", "in-the-sandbox"])
+async def test_assert_tests_judge_alike_compiled_by_the_worker_or_in_the_sandbox(
+    jail: JailSandbox, tmp_path: Path, cache_bytes: int
+) -> None:
+    """The worker compiles a suite's tests once (TestCodeCache); without that, the
+    harness compiles them in the sandbox: verdicts and the guard are the same."""
+    config = ExecutorConfig(compile_cache_dir=tmp_path, test_code_cache_bytes=cache_bytes)
+    executor = Executor(config, jail)
+    honest = "def total(xs):\n    return sum(xs)\n"
+    assert await judge(executor, honest, HUMANEVAL) == [AC]
+    assert await judge(executor, _EQUALITY_HACKS["eq-always-true"], HUMANEVAL) == [WA]
+    assert await judge(executor, honest, _FORMS_SUITE) == [AC] * 4
+    assert await judge(executor, _EQUALITY_HACKS["ne-always-false"], _FORMS_SUITE) == [WA] * 4
+
+
+async def test_assert_test_code_that_does_not_compile_is_a_sandbox_error(
+    executor: Executor,
+) -> None:
+    suite = AssertSuite(code="def check(candidate):\n    assert candidate(\n", entry_point="f")
+    event = await executor.run(run(executor, "def f():\n    return 1\n", suite))
+    assert event.verdict is Verdict.SANDBOX_ERROR, event
+    assert "test code does not compile" in event.tests[0].message
+
+
 async def test_the_comparisons_guard_each_form_of_the_tests(executor: Executor) -> None:
     """==, !=, in and not in, each on its own: the hack fails every one, honest code none."""
     hack = _EQUALITY_HACKS["ne-always-false"]

@@ -7,12 +7,15 @@ fail only a value that also equals what it cannot equal.
 
 from __future__ import annotations
 
+import json
+import marshal
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from sandbox_workers.judging import pyharness as harness
+from sandbox_workers.judging.harness import HarnessPlan, TestCodeCache
 
 
 def _run(code: str, **names: Any) -> dict[str, Any]:
@@ -192,6 +195,48 @@ def test_with_an_entry_point_the_tests_builtins_are_the_real_ones() -> None:
     # A name the tests bind themselves is theirs.
     own = "def abs(x):\n    return 0\nassert abs(candidate(1) - 2.5) < 1e-6\n"
     exec(harness._compile_tests(own, "t", True), {**names, **_injected()})
+
+
+def test_a_suite_is_compiled_once_and_its_code_is_guarded() -> None:
+    cache = TestCodeCache()
+    setup = "def check(candidate):\n    assert candidate(1) == 2\n"
+    first = cache.get(setup, [None], protect_builtins=True)
+    assert first is not None and first.guard_names == harness.guard_names()
+    assert cache.get(setup, [None], protect_builtins=True) is first
+    # Another suite, or the same one without protected builtins, is compiled apart.
+    assert cache.get(setup, ["assert 1"], protect_builtins=True) is not first
+    assert cache.get(setup, [None], protect_builtins=False) is not first
+    # What the sandbox loads: the guard catches a value equal to anything.
+    setup_code, cases = marshal.loads(first.code)
+    assert cases == [None]
+    namespace = _injected()
+    exec(setup_code, namespace)
+    namespace["check"](lambda x: 2)
+    with pytest.raises(harness._NotAnEquality):
+        namespace["check"](lambda x: _AlwaysEqual())
+
+
+def test_a_suite_that_does_not_compile_is_left_to_the_harness_to_report() -> None:
+    cache = TestCodeCache()
+    assert cache.get("def check(candidate):\n    assert (\n", [None], protect_builtins=True) is None
+    assert cache.get("ok = 1\n", ["assert ("], protect_builtins=False) is None
+
+
+def test_a_compiled_suite_travels_without_its_source() -> None:
+    tests: list[str | None] = ["assert f(1) == 1", "assert f(2) == 2"]
+    compiled = TestCodeCache().get("", tests, protect_builtins=False)
+    plan = HarnessPlan("python", "assert", tests, 1.0, 64, compiled=compiled)
+    files = plan.files("def f(x):\n    return x\n", budget_s=5.0, stop_on_failure=False)
+    spec = json.loads(files["spec.json"])
+    assert "tests" not in spec and "setup" not in spec
+    assert (spec["count"], spec["compiled"]) == (2, "tests.marshal")
+    assert spec["guard_names"] == list(harness.guard_names())
+    assert compiled is not None and files["tests.marshal"] == compiled.code
+    # Without it, the source goes in as before.
+    plain = HarnessPlan("python", "assert", tests, 1.0, 64).files(
+        "", budget_s=5.0, stop_on_failure=False
+    )
+    assert json.loads(plain["spec.json"])["tests"] == tests and "tests.marshal" not in plain
 
 
 def _injected() -> dict[str, Any]:
