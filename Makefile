@@ -108,6 +108,7 @@ test-sandbox: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # mypy --strict reads the verl-facing modules against verl, torch and transformers.
 typecheck: setup setup-verl

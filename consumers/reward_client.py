@@ -347,7 +347,9 @@ class SharedRewardClients:
         topics = [
             future.result().reply_topic
             for future in self._clients.values()
-            if future.done() and not future.cancelled() and future.exception() is None
+            if future.done()
+            and not future.cancelled()
+            and future.exception() is None
             and future.result().running
         ]
         if topics:
@@ -367,9 +369,7 @@ async def _delete_topics(clients: Clients, topics: list[str]) -> None:
 _PROCESS_CLIENTS: dict[Hashable, SharedRewardClients] = {}
 
 
-def process_clients(
-    key: Hashable, make: Callable[[], SharedRewardClients]
-) -> SharedRewardClients:
+def process_clients(key: Hashable, make: Callable[[], SharedRewardClients]) -> SharedRewardClients:
     """This process's clients for ``key`` (settings), made by ``make`` the first time."""
     shared = _PROCESS_CLIENTS.get(key)
     if shared is None:

@@ -63,10 +63,9 @@ _lengths = _meter.create_histogram(
     "rewardbus.verl.response_length",
     unit="{token}",
     description="valid response tokens of each sample verl hands the manager",
-    explicit_bucket_boundaries_advisory=(
-        16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
-    ),
+    explicit_bucket_boundaries_advisory=tuple(float(2**k) for k in range(4, 15)),  # 16..16384
 )
+
 
 def _clients(settings: VerlRewardSettings) -> SharedRewardClients:
     """The process's clients for these settings (shared by managers and compute_score)."""

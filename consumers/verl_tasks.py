@@ -123,9 +123,7 @@ class VerlRewardSettings:
     reply_replication_factor: int | None = None  # None: min(3, brokers)
 
     @classmethod
-    def from_options(
-        cls, options: Mapping[str, Any], env: Mapping[str, str]
-    ) -> VerlRewardSettings:
+    def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str]) -> VerlRewardSettings:
         """Settings from verl's config keys; raises ``ValueError`` naming what is missing."""
         unknown = sorted(set(options) - SETTING_KEYS)
         if unknown:

@@ -186,9 +186,7 @@ class AioConsumer(_Wrapped):
     def __init__(self, client: AIOKafkaConsumer) -> None:
         super().__init__(client, "consumer")
 
-    def subscribe(
-        self, topics: Sequence[str], listener: RebalanceListener | None = None
-    ) -> None:
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener | None = None) -> None:
         """Follow ``topics``."""
         self._client.subscribe(
             list(topics), listener=_Listener(listener) if listener is not None else None

@@ -225,9 +225,7 @@ class FakeConsumer(_Client):
             self._assigned = frozenset()
             self._broker._unsettled.add(self._group or "")
 
-    def subscribe(
-        self, topics: Sequence[str], listener: RebalanceListener | None = None
-    ) -> None:
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener | None = None) -> None:
         """Follow ``topics``: the group's share, or (no group) every partition."""
         self._topics, self._listener = tuple(topics), listener
         members = self._broker._members.setdefault(self._group or "", [])

@@ -98,9 +98,7 @@ class Producer(Startable, Protocol):
 class Consumer(Startable, Protocol):
     """Fetches records, in a group (``subscribe``) or on its own (``assign``)."""
 
-    def subscribe(
-        self, topics: Sequence[str], listener: RebalanceListener | None = None
-    ) -> None:
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener | None = None) -> None:
         """Follow ``topics``: the group's share of them, or every partition without a group."""
         ...
 

@@ -64,9 +64,7 @@ def configure_tracing(
     globally: spans nobody collects would cost CPU on every record, and trace
     context still propagates through the API's non-recording spans.
     """
-    done = configure_telemetry(
-        service_name, env=env, processors=processors, set_global=set_global
-    )
+    done = configure_telemetry(service_name, env=env, processors=processors, set_global=set_global)
     return done.tracer_provider, done.shutdown
 
 

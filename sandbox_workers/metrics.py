@@ -95,9 +95,7 @@ _lengths = _meter.create_histogram(
 class WorkerMetrics:
     """One worker's measurements, labelled with its ``worker_id``."""
 
-    def __init__(
-        self, worker_id: str, concurrency: int, languages: Iterable[str] = ()
-    ) -> None:
+    def __init__(self, worker_id: str, concurrency: int, languages: Iterable[str] = ()) -> None:
         self.worker_id = worker_id
         self.languages = tuple(languages)
         self.concurrency = max(concurrency, 1)

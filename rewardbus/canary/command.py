@@ -77,4 +77,3 @@ def print_summary(stats: CanaryStats, out: TextIO) -> None:
         f" {stats.unanswered} unanswered\n"
     )
     out.flush()
-

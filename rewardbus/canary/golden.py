@@ -108,8 +108,7 @@ def parse_golden(text: str, *, source: str = "<golden>") -> list[Canary]:
     if not isinstance(language, str) or not language:
         raise GoldenSetError(f"{source}: no top-level language")
     suites = {
-        name: _suite(raw, f"{source}: suite {name}")
-        for name, raw in data.get("suites", {}).items()
+        name: _suite(raw, f"{source}: suite {name}") for name, raw in data.get("suites", {}).items()
     }
     defaults = data.get("limits", {})
     return [

@@ -73,6 +73,5 @@ class ExpressionGrammar:
         if not 0 < len(expression) <= self.max_characters or len(expression) % 2 == 0:
             return False
         return all(
-            c in (self.operands if i % 2 == 0 else self.operators)
-            for i, c in enumerate(expression)
+            c in (self.operands if i % 2 == 0 else self.operators) for i, c in enumerate(expression)
         )

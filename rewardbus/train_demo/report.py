@@ -150,7 +150,9 @@ def write_plot(path: Path, records: Sequence[StepRecord], *, title: str) -> Path
                 guides=((FIRST_AT_MOST, f"{FIRST_AT_MOST}"), (LAST_AT_LEAST, f"{LAST_AT_LEAST}")),
             ),
             Series(
-                "mean response length", [r.response_length for r in records], (200, 90, 30),
+                "mean response length",
+                [r.response_length for r in records],
+                (200, 90, 30),
                 unit=" tok",
             ),
             Series(

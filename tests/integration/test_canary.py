@@ -193,9 +193,7 @@ async def test_the_golden_set_is_judged_right_through_the_live_topics(
     assert len(canary_spans) == len(golden)
     assert all(s.attributes and s.attributes["rewardbus.canary.match"] for s in canary_spans)
     judged_traces = {
-        s.context.trace_id
-        for s in spans
-        if s.name == "judge completion" and s.context is not None
+        s.context.trace_id for s in spans if s.name == "judge completion" and s.context is not None
     }
     assert {s.context.trace_id for s in canary_spans if s.context is not None} <= judged_traces
 
@@ -219,9 +217,9 @@ async def test_a_misconfigured_judge_is_a_mismatch_naming_its_worker_and_languag
         for sample in family.samples
         if sample.name == "rewardbus_canary_mismatches_total"
     }
-    assert exposed[
-        ("rewardbus_canary_mismatches_total", "python/sum-busy-correct", "w-broken")
-    ] == 1
+    assert (
+        exposed[("rewardbus_canary_mismatches_total", "python/sum-busy-correct", "w-broken")] == 1
+    )
 
     assert stats.unanswered == 0
     by_name = {f.canary.name: f for f in stats.failures}
@@ -230,15 +228,18 @@ async def test_a_misconfigured_judge_is_a_mismatch_naming_its_worker_and_languag
     assert busy.mismatch is not None
     assert (busy.mismatch.expected, busy.mismatch.actual) == (Verdict.ACCEPTED, Verdict.TIME_LIMIT)
     mismatches = points["rewardbus.canary.mismatches"]
-    assert mismatches[
-        (
-            ("canary", "python/sum-busy-correct"),
-            ("expected", "accepted"),
-            ("language", "python"),
-            ("verdict", "time_limit"),
-            ("worker_id", "w-broken"),
-        )
-    ] == 1
+    assert (
+        mismatches[
+            (
+                ("canary", "python/sum-busy-correct"),
+                ("expected", "accepted"),
+                ("language", "python"),
+                ("verdict", "time_limit"),
+                ("worker_id", "w-broken"),
+            )
+        ]
+        == 1
+    )
     assert sum(mismatches.values()) == stats.mismatched
     assert all(dict(k)["worker_id"] == "w-broken" for k in mismatches)
     # Programs whose verdict no time limit changes are still judged right.
@@ -381,7 +382,7 @@ async def _rewardbus(*args: str, timeout_s: float = 240) -> tuple[int, str, str]
     return proc.returncode, out.decode(), err.decode()
 
 
-WRONG_EXPECTATION = '''
+WRONG_EXPECTATION = """
 language = "javascript"
 
 [[canary]]
@@ -394,7 +395,7 @@ code = "console.log(require('fs').readFileSync(0, 'utf8').trim());"
 kind = "io"
 inputs = ["7\\n"]
 outputs = ["7\\n"]
-'''
+"""
 
 
 @pytest.mark.timeout(300)

@@ -275,9 +275,7 @@ def test_a_learner_batch_beside_canaries_is_emitted_without_them() -> None:
     assert assembler.add_reward(own, now) is RewardOutcome.ACCEPTED
     (ready,) = assembler.due(now)
     assert ready.batch.batch_id == "step-1"
-    assert [(s.sample_id, s.verdict) for s in ready.batch.samples] == [
-        ("a", Verdict.WRONG_ANSWER)
-    ]
+    assert [(s.sample_id, s.verdict) for s in ready.batch.samples] == [("a", Verdict.WRONG_ANSWER)]
 
 
 async def test_the_producer_refuses_learner_batches_in_the_canary_space() -> None:

@@ -128,9 +128,7 @@ async def worker(
     ready = asyncio.Event()
     stats = WorkerStats()
     task = asyncio.create_task(
-        run_worker(
-            kafka, settings, runner, shutdown=stop, ready=ready, stats=stats, clients=broker
-        )
+        run_worker(kafka, settings, runner, shutdown=stop, ready=ready, stats=stats, clients=broker)
     )
     await until(lambda: ready.is_set() or task.done(), "the worker to start")
     (consumer,) = [c for c in broker.consumers if c.group_id == GROUP and not c.stopped]
