@@ -92,7 +92,7 @@ doctor: setup
 	$(BIN)/rewardbus doctor
 
 test: setup setup-verl observability-tools test-images
-	$(BIN)/python -m pytest -p no:cacheprovider tests
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests
 
 train-demo: setup setup-verl
 	$(BIN)/rewardbus train-demo
