@@ -116,3 +116,13 @@ def test_bench_overload_quick() -> None:
         "incomplete_batches",
         "rss_growth",
     }
+
+
+@pytest.mark.timeout(180)
+def test_bench_test_code_quick() -> None:
+    # The benchmark itself exits non-zero when any completion is not accepted.
+    report = quick_run("bench_test_code.py")
+    for workload in ("humaneval", "many-asserts"):
+        measured = report[workload]
+        assert measured["worker-compiled"]["n"] == measured["sandbox-compiled"]["n"] > 0
+        assert measured["ratio_p50"] > 0
