@@ -253,7 +253,7 @@ class Executor:
             plan = HarnessPlan(
                 language=task.language.name,
                 mode="assert",
-                tests=list(tests),
+                tests=tests,
                 time_s=limits.time_s,
                 memory_mb=limits.memory_mb,
                 setup=suite.code,

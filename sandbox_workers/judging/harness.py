@@ -9,7 +9,6 @@ here, so a program cannot read the answers it is judged against.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import marshal
 import secrets
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
+from sandbox_workers.compile_cache import artifact_key
 from sandbox_workers.judging import pyharness
 from sandbox_workers.judging.jsharness import JS_HARNESS
 from sandbox_workers.languages import utf8
@@ -89,11 +89,9 @@ class TestCodeCache:
 
 
 def _suite_key(setup: str, cases: list[str | None], protect_builtins: bool) -> str:
-    digest = hashlib.sha256(b"protect" if protect_builtins else b"plain")
-    for part in (setup, *cases):
-        encoded = b"\0" if part is None else b"c" + part.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "little") + encoded)
-    return digest.hexdigest()
+    # A case is "c" + its code, the single check(candidate) test (None) is "".
+    parts = ("" if case is None else "c" + case for case in cases)
+    return artifact_key("assert-tests", "protect" if protect_builtins else "plain", setup, *parts)
 
 
 @dataclass(frozen=True)

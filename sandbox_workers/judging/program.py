@@ -199,7 +199,7 @@ class Builder:
             # up by the host, so the executor tries again, then says sandbox_error.
             raise SandboxFault("compiler " + describe_timeout(result))
         if result.timed_out or result.memory_exceeded:
-            # Possibly load-dependent (the wall backstop, memory held by page
+            # The CPU limit or memory, possibly load-dependent (memory held by page
             # cache): report it, but let the next attempt try again.
             reason = "compilation " + describe_exit(result)
             return Artifact(ok=False, message=reason), False
