@@ -28,7 +28,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -287,6 +287,8 @@ class RewardClient(Lifecycle):
             await _delete_topics(self._clients, [self.reply_topic])
         except KafkaIOError as exc:  # retention empties it anyway
             log.warning("could not delete reply topic %s: %s", self.reply_topic, exc.reason)
+        else:
+            log.info("deleted reply topic %s", self.reply_topic)
 
     @property
     def running(self) -> bool:
@@ -305,14 +307,20 @@ class SharedRewardClients:
     verl builds reward managers per Ray actor and calls ``compute_score`` as a plain
     function, so the client they share has to live beside them, not inside one of
     them. Kafka clients belong to the loop that started them, hence one per loop.
-    Reply topics left at exit are deleted then (and expire anyway if the process is
-    killed).
+
+    Each client is stopped (its reply topic deleted) before its loop goes away:
+    when the loop shuts down its async generators (``asyncio.run`` does, before it
+    closes the loop), or at exit for a loop still open then (a Ray actor's loop,
+    running in its own thread, or verl's ``get_event_loop()``, never closed). A
+    process killed outright leaves its reply topic to retention.
     """
 
     def __init__(self, kafka: KafkaSettings, config: RewardClientConfig | None = None) -> None:
         self._kafka = kafka
         self._config = config or RewardClientConfig()
         self._clients: dict[asyncio.AbstractEventLoop, asyncio.Future[RewardClient]] = {}
+        # Per loop: the async generator whose closing stops that loop's client.
+        self._stoppers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._exit_hook = False
         self._started = 0
 
@@ -320,7 +328,7 @@ class SharedRewardClients:
         """This loop's client, started (concurrent first callers share one start)."""
         loop = asyncio.get_running_loop()
         for stale in [other for other in self._clients if other.is_closed()]:
-            del self._clients[stale]
+            await self._forget_closed(stale)
         starting = self._clients.get(loop)
         if starting is None or (starting.done() and starting.exception() is not None):
             starting = self._clients[loop] = asyncio.ensure_future(self._start())
@@ -328,9 +336,11 @@ class SharedRewardClients:
 
     async def aclose(self) -> None:
         """Stop this loop's client (deleting its reply topic); the next ``get`` starts anew."""
-        starting = self._clients.pop(asyncio.get_running_loop(), None)
-        if starting is not None and starting.done() and starting.exception() is None:
-            await starting.result().stop()
+        loop = asyncio.get_running_loop()
+        self._clients.pop(loop, None)
+        stopper = self._stoppers.pop(loop, None)
+        if stopper is not None:
+            await stopper.aclose()
 
     async def _start(self) -> RewardClient:
         self._started += 1
@@ -338,23 +348,62 @@ class SharedRewardClients:
         config = dataclasses.replace(self._config, name=self._config.name + suffix)
         client = RewardClient(self._kafka, config)
         await client.start()
+        # Started here, the generator belongs to this loop: the loop's
+        # shutdown_asyncgens() closes it, and closing it stops the client.
+        stopper = _stopped_with_its_loop(client)
+        await anext(stopper)
+        self._stoppers[asyncio.get_running_loop()] = stopper
         if not self._exit_hook:
-            atexit.register(self._delete_reply_topics)
+            atexit.register(self._stop_open_loops_clients)
             self._exit_hook = True
         return client
 
-    def _delete_reply_topics(self) -> None:
-        topics = [
-            future.result().reply_topic
-            for future in self._clients.values()
-            if future.done()
-            and not future.cancelled()
-            and future.exception() is None
-            and future.result().running
-        ]
-        if topics:
-            with contextlib.suppress(Exception):  # best effort at exit; retention is the backstop
-                asyncio.run(_delete_topics(AioClients(self._kafka), topics))
+    async def _forget_closed(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Drop the client of a loop closed without shutting its async generators down.
+
+        Its Kafka connections went with that loop and cannot be closed from this
+        one; its reply topic can still be deleted.
+        """
+        starting = self._clients.pop(loop)
+        self._stoppers.pop(loop, None)
+        if starting.done() and not starting.cancelled() and starting.exception() is None:
+            client = starting.result()
+            if client.running:
+                log.warning(
+                    "event loop closed with reward client %s running (close loops with "
+                    "asyncio.run or shutdown_asyncgens() to stop it cleanly)",
+                    client.config.name,
+                )
+                await client._delete_reply_topic()
+
+    def _stop_open_loops_clients(self) -> None:
+        """At exit: stop the clients of loops still open, each on its own loop."""
+        for loop, stopper in list(self._stoppers.items()):
+            if loop.is_closed():
+                continue
+            closing = asyncio.wait_for(stopper.aclose(), _STOP_AT_EXIT_S)
+            try:
+                if loop.is_running():  # another thread's loop (a Ray actor's)
+                    asyncio.run_coroutine_threadsafe(closing, loop).result(_STOP_AT_EXIT_S + 1)
+                else:
+                    loop.run_until_complete(closing)
+            except Exception as exc:  # noqa: BLE001  # best effort at exit; retention is the backstop
+                log.warning("reward client not stopped at exit: %r", exc)
+        self._stoppers.clear()
+        self._clients.clear()
+
+
+# A client's stop at exit: a producer flush, two disconnects and a topic deletion.
+_STOP_AT_EXIT_S = 10.0
+
+
+async def _stopped_with_its_loop(client: RewardClient) -> AsyncGenerator[None, None]:
+    """Waits, suspended, to be closed (by its loop's shutdown_asyncgens); then stops ``client``."""
+    try:
+        yield
+    finally:
+        if client.running:
+            await client.stop()
 
 
 async def _delete_topics(clients: Clients, topics: list[str]) -> None:

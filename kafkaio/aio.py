@@ -107,7 +107,16 @@ class _Wrapped(Lifecycle):
 
     async def stop(self) -> None:
         """Flush what is pending and disconnect."""
-        await _translated(self._client.stop(), f"{self._name} stop")
+        try:
+            await _translated(self._client.stop(), f"{self._name} stop")
+        except asyncio.CancelledError:
+            # A loop shutting down (asyncio.run) cancels every task first, aiokafka's
+            # own fetches too, and its stop() awaits those: their CancelledError comes
+            # out of it though nobody cancelled this task. Finish the disconnect then.
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            await self._client._client.close()
 
 
 async def _translated(pending: Awaitable[Any], what: str) -> Any:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Self
+from typing import Any, Self
 
 from kafkaio.protocols import Startable
 
@@ -31,14 +30,29 @@ class Lifecycle(abc.ABC):
         await self.stop()
 
 
-@contextlib.asynccontextmanager
-async def running(*parts: Startable) -> AsyncIterator[None]:
+def running(*parts: Startable) -> contextlib.AbstractAsyncContextManager[None]:
     """Start ``parts`` in order; on the way out stop the started ones in reverse order.
 
     A part that fails to start stops the ones before it, and the error propagates.
     """
-    async with contextlib.AsyncExitStack() as stack:
-        for part in parts:
-            await part.start()
-            stack.push_async_callback(part.stop)
-        yield
+    return _Running(parts)
+
+
+class _Running(contextlib.AbstractAsyncContextManager[None]):
+    # A class, not an @asynccontextmanager: clients are also stopped while their
+    # loop shuts its async generators down (consumers.reward_client), and an async
+    # generator begun then draws a ResourceWarning.
+
+    def __init__(self, parts: tuple[Startable, ...]) -> None:
+        self._parts = parts
+        self._started = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            for part in self._parts:
+                await part.start()
+                stack.push_async_callback(part.stop)
+            self._started = stack.pop_all()
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._started.__aexit__(*exc_info)

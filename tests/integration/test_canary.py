@@ -413,6 +413,7 @@ async def test_the_command_exits_zero_when_every_canary_matches_and_one_otherwis
 
     status, out, err = good
     assert status == 0, err[-3000:]
+    assert "Unclosed" not in good[2] + wrong[2]  # every Kafka client stopped before exit
     lines = out.strip().splitlines()
     count = len(load_golden(languages=["javascript"]))
     assert lines[-1] == f"canaries sent {count}: {count} matched, 0 mismatched, 0 unanswered"
