@@ -105,10 +105,24 @@ def load_cases(path: Path) -> list[ParityCase]:
 
 @dataclass(frozen=True)
 class VerlScore:
-    """One line of ``verl_scores.jsonl``: verl's score for a case, and how long it took."""
+    """One line of ``verl_scores.jsonl``: verl's score for a case, and how long it took.
+
+    ``seen`` holds every distinct score verl gave the case over the recorded passes
+    (``score_with_verl.py --repeat/--loaded``); more than one means verl's answer
+    depends on timing or on what else its process holds, not on the program alone.
+    """
 
     score: float
-    wall_s: float  # that call's wall time when recorded, with other calls in flight
+    wall_s: float  # the slowest recorded call's wall time, with other calls in flight
+    seen: tuple[float, ...] = ()
+    unstable_because: str = ""  # why it moved where the recorded passes did not show it
+
+    @property
+    def stable(self) -> bool:
+        """verl gave this case one score in every recorded pass, and no note says otherwise."""
+        return not self.unstable_because and all(
+            same_score(other, self.score) for other in self.seen
+        )
 
 
 def load_verl_scores(path: Path) -> dict[str, VerlScore]:
@@ -118,7 +132,10 @@ def load_verl_scores(path: Path) -> dict[str, VerlScore]:
         if line.strip():
             record = json.loads(line)
             scores[str(record["case_id"])] = VerlScore(
-                float(record["verl_score"]), float(record.get("wall_s", 0.0))
+                float(record["verl_score"]),
+                float(record.get("wall_s", 0.0)),
+                tuple(float(s) for s in record.get("verl_scores_seen", ())),
+                str(record.get("unstable_because", "")),
             )
     return scores
 

@@ -167,6 +167,22 @@ def test_cases_and_verl_scores_load(tmp_path: Path) -> None:
     scores.write_text(json.dumps({"case_id": "a", "verl_score": 0.5, "wall_s": 1.25}) + "\n")
     assert load_verl_scores(scores)["a"].score == 0.5
     assert load_verl_scores(scores)["a"].wall_s == 1.25
+    assert load_verl_scores(scores)["a"].stable  # one pass recorded: nothing to disagree with
+
+
+def test_a_case_verl_scored_differently_across_passes_is_unstable(tmp_path: Path) -> None:
+    rows = [
+        {"case_id": "gc", "verl_score": 1.0, "wall_s": 1.8, "verl_scores_seen": [0.0, 1.0]},
+        {"case_id": "ok", "verl_score": 0.5, "wall_s": 0.7, "verl_scores_seen": [0.5]},
+        {"case_id": "noted", "verl_score": 1, "verl_scores_seen": [1], "unstable_because": "CI"},
+    ]
+    scores = tmp_path / "verl_scores.jsonl"
+    scores.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    loaded = load_verl_scores(scores)
+    assert not loaded["gc"].stable
+    assert loaded["gc"].seen == (0.0, 1.0)
+    assert loaded["ok"].stable
+    assert not loaded["noted"].stable  # moved in CI, though not in the recorded passes
 
 
 def _case(

@@ -6,9 +6,11 @@ real broker and two real sandbox worker processes (the cases that run into a lim
 in a batch of their own, so each batch fits the per-test timeout).
 
 verl's scores are the ones ``verl_scores.jsonl`` records from
-``default_compute_score`` (the ``prime_code`` path): all 161 live take ~3 minutes of
+``default_compute_score`` (the ``prime_code`` path): all 162 live take ~3 minutes of
 forked processes on 2 cores, and its slow cases move with the load. The cases it
 answers quickly are scored again live here, and must still give the recorded score.
+Some of verl's scores are not stable (recorded over several passes, quiet and under
+load): those are never asked of verl again, and ``docs/verl.md`` lists exactly them.
 
 rewardbus must give the right score (``expected_score``) to every case but the ones
 ``docs/verl.md`` lists as its own open failures (exactly those), and so equal verl's
@@ -49,6 +51,7 @@ DOC = ROOT / "docs/verl.md"
 # The headings of docs/verl.md's two tables of wrong scores (each row: `case id` first).
 VERL_WRONG = "Disagreements"
 REWARDBUS_WRONG = "Where rewardbus's score is wrong"
+VERL_UNSTABLE = "Where verl's score is not stable"
 # Rescore live the cases verl's prime_code answered within this many seconds when recorded.
 FAST_S = 2.0
 # Time limits are CPU time: on a quiet 2-core host the slow batch (busy loops burning
@@ -131,11 +134,6 @@ def verl_records(cases: list[ParityCase]) -> dict[str, VerlScore]:
     return recorded
 
 
-@pytest.fixture(scope="module")
-def verl_scores(verl_records: dict[str, VerlScore]) -> dict[str, float]:
-    return {case_id: record.score for case_id, record in verl_records.items()}
-
-
 @pytest.mark.timeout(SLOW_SAMPLE_TIMEOUT_S + 120)
 def test_time_and_memory_limits_give_the_expected_scores(
     cases: list[ParityCase], rewardbus_slow: dict[str, dict[str, object]]
@@ -160,6 +158,7 @@ def documented() -> dict[str, set[str]]:
     return {
         "verl": documented_disagreements(text, heading=VERL_WRONG),
         "rewardbus": documented_disagreements(text, heading=REWARDBUS_WRONG),
+        "verl unstable": documented_disagreements(text, heading=VERL_UNSTABLE),
     }
 
 
@@ -190,30 +189,56 @@ def test_rewardbus_gives_every_case_its_expected_score_but_the_documented_ones(
 def test_rewardbus_equals_verl_wherever_verl_is_right(
     cases: list[ParityCase],
     rewardbus_scores: dict[str, dict[str, object]],
-    verl_scores: dict[str, float],
+    verl_records: dict[str, VerlScore],
     documented: dict[str, set[str]],
 ) -> None:
-    """Same score wherever verl's is right, but for rewardbus's own documented failures."""
-    right = [c for c in cases if same_score(verl_scores[c.case_id], c.expected_score)]
+    """Same score wherever verl's is right, but for rewardbus's own documented failures.
+
+    Only where verl's score is stable: an unstable one is right only some of the time.
+    """
+    right = [
+        c
+        for c in cases
+        if verl_records[c.case_id].stable
+        and same_score(verl_records[c.case_id].score, c.expected_score)
+    ]
     assert len(right) >= 100, f"verl is right on only {len(right)} cases"
     differ = {
-        c.case_id: (_score(rewardbus_scores[c.case_id]), verl_scores[c.case_id])
+        c.case_id: (_score(rewardbus_scores[c.case_id]), verl_records[c.case_id].score)
         for c in right
-        if not same_score(_score(rewardbus_scores[c.case_id]), verl_scores[c.case_id])
+        if not same_score(_score(rewardbus_scores[c.case_id]), verl_records[c.case_id].score)
     }
     unexplained = {k: v for k, v in differ.items() if k not in documented["rewardbus"]}
     assert not unexplained, f"(rewardbus, verl) where verl is right and they differ: {differ}"
 
 
 def test_verl_is_wrong_exactly_where_the_docs_say(
-    cases: list[ParityCase], verl_scores: dict[str, float], documented: dict[str, set[str]]
+    cases: list[ParityCase], verl_records: dict[str, VerlScore], documented: dict[str, set[str]]
 ) -> None:
-    wrong = {c.case_id for c in cases if not same_score(verl_scores[c.case_id], c.expected_score)}
+    """docs/verl.md lists every case where verl's score is wrong: always, or some of the time.
+
+    A case verl scored wrong in any recorded pass counts as wrong (the table of
+    disagreements); the ones it also scored differently across passes are the
+    unstable table, exactly.
+    """
+    wrong = {
+        c.case_id
+        for c in cases
+        if not all(
+            same_score(score, c.expected_score)
+            for score in (verl_records[c.case_id].score, *verl_records[c.case_id].seen)
+        )
+    }
     listed = documented["verl"]
     assert listed <= {c.case_id for c in cases}, "docs/verl.md names unknown cases"
     assert wrong == listed, (
         f"verl wrong but not documented: {sorted(wrong - listed)}; "
         f"documented but verl right: {sorted(listed - wrong)}"
+    )
+    unstable = {c.case_id for c in cases if not verl_records[c.case_id].stable}
+    assert unstable == documented["verl unstable"], (
+        f"recorded as unstable: {sorted(unstable)}; "
+        f"documented as unstable: {sorted(documented['verl unstable'])}"
     )
 
 
@@ -226,9 +251,15 @@ async def test_verl_gives_the_recorded_scores_today(
     slow ones (prime_code's 5 s + 10 s-per-test timeouts) move with the machine's
     load; the cases it answered within ``FAST_S`` when recorded are far from any
     timeout. They run in the default thread pool, as verl's naive manager runs them.
+    A case whose recorded passes disagree is left out: its score today is no check
+    of verl's version, only of its garbage collector's timing.
     """
     recorded = {case_id: record.score for case_id, record in verl_records.items()}
-    fast = [c for c in cases if verl_records[c.case_id].wall_s <= FAST_S]
+    fast = [
+        c
+        for c in cases
+        if verl_records[c.case_id].wall_s <= FAST_S and verl_records[c.case_id].stable
+    ]
     assert len(fast) >= 40, f"only {len(fast)} cases are fast enough to rescore"
     # The subset must hold cases verl gets wrong, or it would check only the easy half.
     assert any(not same_score(recorded[c.case_id], c.expected_score) for c in fast)

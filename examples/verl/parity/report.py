@@ -198,7 +198,23 @@ def render(
     lines += ["", _timings(cases, verl, rewardbus)]
     lines += ["", f"verl wrong ({len(verl_rows)}):", "", header, *verl_rows]
     lines += ["", f"rewardbus wrong ({len(rewardbus_rows)}):", "", header, *rewardbus_rows]
+    lines += ["", *_unstable(cases, verl)]
     return "\n".join(lines) + "\n"
+
+
+def _unstable(cases: Sequence[dict[str, Any]], verl: dict[str, dict[str, Any]]) -> list[str]:
+    """The cases verl gave more than one score across passes, or that a note calls unstable."""
+    rows = []
+    for case in cases:
+        record = verl[case["case_id"]]
+        seen = record.get("verl_scores_seen", [record["verl_score"]])
+        if len(seen) > 1 or record.get("unstable_because"):
+            scores = ", ".join(f"{s:.3g}" for s in seen)
+            why = record.get("unstable_because") or "moved between the recorded passes"
+            expected = case["expected_score"]
+            rows.append(f"| `{case['case_id']}` | {expected:.3g} | {scores} | {why} |")
+    header = ["| case | expected | verl's scores seen | why |", "|---|---:|---|---|"]
+    return [f"verl unstable ({len(rows)}):", "", *header, *rows]
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
