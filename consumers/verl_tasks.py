@@ -20,7 +20,8 @@ verl users' code datasets already carry, unchanged:
 A response with no Markdown fence is the program itself, as in verl's
 ``prime_code``; otherwise the worker takes the last fenced block in the language.
 ``extra_info["language"]`` names the language (default Python);
-``extra_info["compare"]`` / ``["float_tolerance"]`` how stdout is compared;
+``extra_info["compare"]`` / ``["float_tolerance"]`` how stdout is compared (by
+default, as the data source's own judge does: ``SOURCE_COMPARE``);
 ``extra_info["time_limit_s"]`` / ``["memory_limit_mb"]`` override the limits.
 
 Errors::
@@ -38,7 +39,9 @@ from typing import Any
 
 from consumers.errors import ConsumerError
 from schemas import (
+    COMPARE_MODES,
     AssertSuite,
+    Compare,
     Completion,
     IoSuite,
     Limits,
@@ -53,6 +56,7 @@ __all__ = [
     "RESPONSE_LENGTH_ATTRIBUTE",
     "REWARD_EXTRA_KEYS",
     "SETTING_KEYS",
+    "SOURCE_COMPARE",
     "VerlInputError",
     "VerlRewardSettings",
     "VerlTask",
@@ -183,7 +187,7 @@ def task_from_verl(
     workers turn it into the response-length metric (docs/metrics.md).
     """
     info = extra_info or {}
-    suite = suite_from_ground_truth(ground_truth, info)
+    suite = suite_from_ground_truth(ground_truth, info, data_source=data_source)
     digest = suite_digest(suite)
     problem_id = "verl-" + digest.removeprefix("sha256:")[:32]
     completion = Completion(
@@ -213,12 +217,13 @@ def _attributes(data_source: str, response_length: int | None) -> dict[str, str]
 
 
 def suite_from_ground_truth(
-    ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+    ground_truth: Any, extra_info: Mapping[str, Any] | None = None, *, data_source: str = ""
 ) -> TestSuite:
     """The test suite a verl ground truth describes (see the module docstring).
 
-    ``extra_info["compare"]`` (``exact | tokens | float``) and
-    ``["float_tolerance"]`` choose how stdout is compared (default: tokens).
+    ``extra_info["compare"]`` (one of ``schemas.COMPARE_MODES``) and
+    ``["float_tolerance"]`` choose how stdout is compared; without them, the rule of
+    the data source's own judge (``SOURCE_COMPARE``), else tokens.
     """
     spec = _plain(ground_truth)
     if isinstance(spec, str):
@@ -229,7 +234,7 @@ def suite_from_ground_truth(
     if not isinstance(spec, dict):
         raise VerlInputError(f"ground_truth is a {type(spec).__name__}, not a test suite object")
     if "inputs" in spec or "outputs" in spec:
-        return _io_suite(spec, extra_info or {})
+        return _io_suite(spec, extra_info or {}, data_source)
     if "test_list" in spec:
         return _mbpp_suite(spec)
     if "test" in spec:
@@ -281,8 +286,20 @@ def failure_result(
 
 # -- the suite shapes ---------------------------------------------------------------
 
+# How each code data source's own judge compares stdout, where extra_info does not say
+# (docs/verl.md lists each rule with its reference): APPS's testing_util and verl's
+# prime_code compare stripped lines, and lines that hold one number with np.allclose
+# (relative 1e-5); CodeContests' checker compares tokens ignoring case, numbers within
+# 1e-5 absolute (its Codeforces problems too). Any other source compares tokens.
+SOURCE_COMPARE: dict[str, tuple[Compare, float]] = {
+    "apps": ("lines", 1e-5),
+    "taco": ("lines", 1e-5),
+    "codecontests": ("tokens_ci", 1e-5),
+    "codeforces": ("tokens_ci", 1e-5),
+}
 
-def _io_suite(spec: dict[str, Any], info: Mapping[str, Any]) -> IoSuite:
+
+def _io_suite(spec: dict[str, Any], info: Mapping[str, Any], data_source: str) -> IoSuite:
     inputs, outputs = spec.get("inputs"), spec.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise VerlInputError("input_output needs lists 'inputs' and 'outputs'")
@@ -290,10 +307,14 @@ def _io_suite(spec: dict[str, Any], info: Mapping[str, Any]) -> IoSuite:
         raise VerlInputError(f"input_output has {len(inputs)} inputs but {len(outputs)} outputs")
     if not inputs:
         raise VerlInputError("input_output has no test cases")
-    compare = info.get("compare", "tokens")
-    if compare not in ("exact", "tokens", "float"):
-        raise VerlInputError(f"extra_info compare {compare!r} is not exact, tokens or float")
-    tolerance = float(info.get("float_tolerance", 1e-6))
+    compare, tolerance = SOURCE_COMPARE.get(data_source, ("tokens", 1e-6))
+    if "compare" in info:
+        compare, tolerance = info["compare"], 1e-6
+    if compare not in COMPARE_MODES:
+        raise VerlInputError(
+            f"extra_info compare {compare!r} is not one of {', '.join(COMPARE_MODES)}"
+        )
+    tolerance = float(info.get("float_tolerance", tolerance))
     fn_name = spec.get("fn_name")
     if fn_name is None or fn_name == "":
         return IoSuite(

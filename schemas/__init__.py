@@ -12,11 +12,13 @@ from schemas.codec import SchemaError, decode, decode_json, encode, encode_json,
 from schemas.errors import RewardbusError
 from schemas.headers import CONTENT_TYPE, Headers, extract_context, header, inject_context
 from schemas.messages import (
+    COMPARE_MODES,
     SCHEMA_VERSION,
     AssertSuite,
     BatchManifest,
     CheckerProgram,
     CheckerSuite,
+    Compare,
     Completion,
     DeadLetter,
     GroupStats,
@@ -46,6 +48,7 @@ from schemas.topics import Topics
 
 __all__ = [
     "CANARY_BATCH_PREFIX",
+    "COMPARE_MODES",
     "CONTENT_TYPE",
     "SCHEMA_VERSION",
     "AggregatorRecord",
@@ -57,6 +60,7 @@ __all__ = [
     "CachedResult",
     "CheckerProgram",
     "CheckerSuite",
+    "Compare",
     "Completion",
     "DeadLetter",
     "GroupStats",

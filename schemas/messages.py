@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgspec
 
 __all__ = [
+    "COMPARE_MODES",
     "SCHEMA_VERSION",
     "AssertSuite",
     "BatchManifest",
     "CheckerProgram",
     "CheckerSuite",
+    "Compare",
     "Completion",
     "DeadLetter",
     "GroupStats",
@@ -37,7 +39,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-Compare = Literal["exact", "tokens", "float"]
+# How stdout is compared (sandbox_workers.judging.compare says what each mode accepts).
+Compare = Literal["exact", "tokens", "float", "lines", "tokens_ci"]
+COMPARE_MODES: tuple[Compare, ...] = get_args(Compare)
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]

@@ -8,6 +8,16 @@ Text modes (stdin/stdout tests):
 - ``tokens`` (the default): the whitespace-separated tokens are equal.
 - ``float``: tokens, where two numeric tokens match within ``tolerance``
   (absolute or relative); two integer tokens must be equal.
+- ``lines``: the rule of APPS's judge and verl's ``prime_code`` (the default for
+  verl's ``apps`` and ``taco`` data). The lines (any line break), each stripped,
+  blank ones dropped, are equal; failing that, where every line on both sides is
+  one number and not all of them are plain digits, each pair within ``tolerance``
+  relative to the expected one plus 1e-8 (``np.allclose``). Spacing inside a line
+  counts; letter case counts.
+- ``tokens_ci``: the rule of CodeContests' checker (the default for verl's
+  ``codecontests`` and ``codeforces`` data). Tokens equal ignoring ASCII case,
+  two numeric tokens within ``tolerance`` absolute; two integer tokens must be
+  equal (the checker compares them as doubles too, which only matters past 2**53).
 
 Values (function-call tests) compare as JSON values: lists and tuples alike,
 ``1 == 1.0``, floats within tolerance in ``float`` mode, and — as verl's
@@ -21,7 +31,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Any
+
+from schemas import Compare
 
 __all__ = [
     "Compare",
@@ -32,9 +44,10 @@ __all__ = [
     "values_equal",
 ]
 
-Compare = Literal["exact", "tokens", "float"]
 
 _INTEGER = re.compile(r"[+-]?\d+")
+# np.allclose's absolute term, which the ``lines`` mode adds to its relative tolerance.
+_ALLCLOSE_ATOL = 1e-8
 _DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
@@ -42,11 +55,16 @@ def text_matches(actual: str, expected: str, mode: Compare, tolerance: float = 1
     """Whether program output ``actual`` is accepted against ``expected``."""
     if mode == "exact":
         return _lines(actual) == _lines(expected)
+    if mode == "lines":
+        return _stripped_lines_match(actual, expected, tolerance)
     got, want = actual.split(), expected.split()
     if mode == "tokens":
         return got == want
+    if mode == "tokens_ci":
+        got, want = [g.lower() for g in got], [w.lower() for w in want]
+    absolute = mode == "tokens_ci"
     return len(got) == len(want) and all(
-        _token_matches(g, w, tolerance) for g, w in zip(got, want, strict=True)
+        _token_matches(g, w, tolerance, absolute=absolute) for g, w in zip(got, want, strict=True)
     )
 
 
@@ -118,14 +136,42 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def _token_matches(got: str, want: str, tolerance: float) -> bool:
+def _stripped_lines_match(actual: str, expected: str, tolerance: float) -> bool:
+    got = [line.strip() for line in actual.splitlines() if line.strip()]
+    want = [line.strip() for line in expected.splitlines() if line.strip()]
+    if got == want:
+        return True
+    if len(got) != len(want):
+        return False
+    if all(g.isdigit() and w.isdigit() for g, w in zip(got, want, strict=True)):
+        return False  # integers only: they had to be equal
+    try:
+        pairs = [(float(g), float(w)) for g, w in zip(got, want, strict=True)]
+    except ValueError:  # a line that is not one number
+        return False
+    return all(abs(g - w) <= _ALLCLOSE_ATOL + tolerance * abs(w) for g, w in pairs)
+
+
+def _token_matches(got: str, want: str, tolerance: float, *, absolute: bool = False) -> bool:
     if got == want:
         return True
     if _INTEGER.fullmatch(got) and _INTEGER.fullmatch(want):
-        return int(got) == int(want)
+        return _integer(got) == _integer(want)
     if _DECIMAL.fullmatch(got) and _DECIMAL.fullmatch(want):
+        if absolute:
+            return abs(float(got) - float(want)) < tolerance
         return _numbers_equal(float(got), float(want), tolerance)
     return False
+
+
+def _integer(token: str) -> str:
+    """An integer token in one spelling (no +, no leading zeros, no -0).
+
+    Compared as text: ``int()`` refuses more than 4300 digits, and a program's
+    output may hold any number of them.
+    """
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return "-" + digits if token.startswith("-") and digits != "0" else digits
 
 
 def _is_number(value: Any) -> bool:

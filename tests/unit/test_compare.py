@@ -21,7 +21,7 @@ from sandbox_workers.judging import (
 )
 from sandbox_workers.judging.harness import new_markers, parse_records, strip_markers
 from sandbox_workers.sandbox import ExecResult
-from schemas import TestOutcome, Verdict
+from schemas import COMPARE_MODES, TestOutcome, Verdict
 
 # --- text ---------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def test_tokens_mode_ignores_whitespace(tokens: list[str], data: st.DataObject) 
 
 @given(text=st.text())
 def test_every_mode_is_reflexive(text: str) -> None:
-    for mode in ("exact", "tokens", "float"):
+    for mode in COMPARE_MODES:
         assert text_matches(text, text, mode)
 
 
@@ -296,3 +296,54 @@ def test_markers_are_unique_and_stripped_from_the_tail() -> None:
     assert len(set(markers)) == 50
     stdout = f'hello\n\n{markers[0]} {{"verdict": "accepted"}}\nbye'.encode()
     assert strip_markers(stdout, markers) == b"hello\nbye"
+
+
+# --- the reference judges' rules (docs/verl.md: verdicts by data source) ---------------
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        ("10 20 \n30", "10 20\n30\n", True),  # trailing spaces
+        ("5\n\n\n", "5\n", True),  # blank trailing lines
+        ("\n5", "5\n", True),  # a leading blank line
+        ("1 2\r\n3\r\n", "1 2\n3\n", True),  # CRLF
+        ("ab  cd", "ab cd", False),  # spacing inside a line counts
+        ("10 20", "10\n20", False),
+        ("0.3333333333333333", "0.333333", True),  # more digits, within 1e-5 relative
+        ("0.33", "0.333333", False),
+        ("1e-07", "0.0000001", True),
+        ("15.0", "15", True),
+        ("-5.0\n2", "-5\n2", True),
+        ("2 2.5", "2 2.500000", False),  # only lines that hold one number get a tolerance
+        ("007", "7", False),  # plain digits on every line: compared as text
+        ("True", "true", False),  # case counts
+        ("nan", "nan", True),
+    ],
+)
+def test_lines_mode_is_prime_codes_rule(actual: str, expected: str, same: bool) -> None:
+    assert text_matches(actual, expected, "lines", 1e-5) is same
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        ("ab  cd\n", "ab cd", True),  # whitespace-separated tokens
+        ("10 20", "10\n20", True),
+        ("3 4.5", "3 4.500000", True),  # every numeric token within 1e-5 absolute
+        ("1 1e-07", "1 0.0000001", True),
+        ("0.000001", "0.000002", True),
+        ("1000000.1", "1000000.0", False),  # absolute, not relative
+        ("0.3333", "0.333333", False),
+        ("True", "true", True),  # ASCII case ignored
+        ("YES", "yes", True),
+        ("Alice", "alice", True),
+        ("12345678901234567891", "12345678901234567890", False),  # integers exactly
+        ("-007", "-7", True),
+        ("-0", "0", True),
+        ("9" * 20_000, "9" * 20_000 + "8", False),  # past int()'s 4300 digits: still a verdict
+        ("1 2", "1 2 3", False),
+    ],
+)
+def test_tokens_ci_mode_is_codecontests_rule(actual: str, expected: str, same: bool) -> None:
+    assert text_matches(actual, expected, "tokens_ci", 1e-5) is same

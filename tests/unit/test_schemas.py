@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas import (
+    COMPARE_MODES,
     SCHEMA_VERSION,
     AssertSuite,
     BatchManifest,
@@ -43,7 +44,7 @@ io_suites = st.builds(
     inputs=st.lists(text, max_size=4),
     outputs=st.lists(text, max_size=4),
     fn_name=st.none() | ids,
-    compare=st.sampled_from(["exact", "tokens", "float"]),
+    compare=st.sampled_from(COMPARE_MODES),
     stop_on_first_failure=st.booleans(),
 )
 assert_suites = st.builds(

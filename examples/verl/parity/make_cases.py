@@ -933,8 +933,9 @@ def reverse_words() -> Problem:
         Variant(
             "inner_double_space",
             'print("  ".join(reversed(input().split())))\n',
-            "pass",
-            note="two spaces between words: a token checker accepts it, a line checker does not",
+            "fail",
+            note="two spaces between words: APPS's judge compares lines, and spacing inside a"
+            " line counts (a token checker would accept it)",
         ),
         Variant("wrong", "print(input())\n", "fail"),
     )
@@ -1353,9 +1354,10 @@ def range_sum() -> Problem:
         Variant(
             "float_division",
             head + "    print((l + r) * (r - l + 1) / 2)\n",
-            "fail",
-            note="prints 15.0 for 15 and, for r ~ 10^12, a float that lost the low digits;"
-            " prime_code compares integers as floats with rtol 1e-5",
+            "pass",
+            note="prints 15.0 for 15 and, for r ~ 10^12, the double nearest the sum (its low"
+            " digits lost); CodeContests' checker reads numbers as doubles within 1e-5, and"
+            " the exact sum reads as that same double",
         ),
         Variant("wrong", head + "    print(r * (r + 1) // 2)\n", "fail"),
     )
@@ -2219,11 +2221,151 @@ def first_repeated_char() -> Problem:
     )
 
 
+# The reference judges' own rules, with no tolerance in the statement (docs/verl.md:
+# "Verdicts by data source"): APPS compares lines, numbers on lines of their own within
+# np.allclose; CodeContests compares tokens ignoring case, numbers within 1e-5.
+
+
+def third_lines() -> Problem:
+    tests = tuple((f"{n}\n", f"{1 / n!r}\n") for n in (3, 7, 4, 9, 10**7, 6))
+    return Problem(
+        "apps-third",
+        "apps",
+        "stdin",
+        "Given n (1 <= n <= 10^7), print 1/n.",
+        tests,
+        (
+            Variant("correct", "print(1 / int(input()))\n", "pass"),
+            Variant(
+                "correct_more_digits",
+                'print(f"{1 / int(input()):.20f}")\n',
+                "pass",
+                note="20 decimals (0.33333333333333331483 for 0.3333333333333333, 0.0000001"
+                " for 1e-07): one number on its line, within np.allclose",
+            ),
+            Variant(
+                "correct_fewer_digits",
+                'print(f"{1 / int(input()):.9g}")\n',
+                "pass",
+                note="9 significant digits: within np.allclose's rtol 1e-5",
+            ),
+            Variant(
+                "correct_trailing_space_blank_lines",
+                "print(1 / int(input()), end=' \\n\\n\\n')\n",
+                "pass",
+                note="a trailing space and two blank lines: lines are stripped, blank ones dropped",
+            ),
+            Variant(
+                "too_few_digits",
+                'print(f"{1 / int(input()):.3f}")\n',
+                "partial",
+                note="0.333 for 0.3333333333333333 is off by 1e-3 relative (rtol is 1e-5),"
+                " and 0.000 for 1e-07 by more than np.allclose's 1e-8: only 0.250 passes",
+            ),
+            Variant("wrong", "print(int(input()) / 3)\n", "fail"),
+        ),
+    )
+
+
+def third_tokens() -> Problem:
+    tests = tuple((f"{n}\n", f"{n} {1 / n:.6f}\n") for n in (3, 7, 4, 9, 10**7, 6))
+    head = "n = int(input())\n"
+    return Problem(
+        "codecontests-third",
+        "codecontests",
+        "stdin",
+        "Given n (1 <= n <= 10^7), print n and 1/n on one line.",
+        tests,
+        (
+            Variant("correct", head + 'print(n, f"{1 / n:.6f}")\n', "pass"),
+            Variant(
+                "correct_more_digits",
+                head + "print(n, 1 / n)\n",
+                "pass",
+                note="3 0.3333333333333333 for 3 0.333333, and 1e-07 for 0.000000: numbers"
+                " within 1e-5 absolute, two on a line",
+            ),
+            Variant(
+                "correct_trailing_space",
+                head + "print(n, f'{1 / n:.6f}', end=' \\n\\n')\n",
+                "pass",
+            ),
+            Variant(
+                "too_few_digits",
+                head + 'print(n, f"{1 / n:.3f}")\n',
+                "partial",
+                note="0.333 for 0.333333 is off by 3e-4 (more than 1e-5); 0.250 and 0.000 pass",
+            ),
+            Variant("wrong", head + "print(1 / n, n)\n", "fail"),
+        ),
+    )
+
+
+def even_words() -> Problem:
+    numbers = (4, 7, 10, 13, 0, 22)
+    tests = tuple((f"{n}\n", "true\n" if n % 2 == 0 else "false\n") for n in numbers)
+    return Problem(
+        "apps-is-even-word",
+        "apps",
+        "stdin",
+        "Given an integer n, print true if it is even and false otherwise.",
+        tests,
+        (
+            Variant("correct", 'print("true" if int(input()) % 2 == 0 else "false")\n', "pass"),
+            Variant(
+                "python_bool",
+                "print(int(input()) % 2 == 0)\n",
+                "fail",
+                note="True for true: APPS's judge compares case",
+            ),
+            Variant(
+                "correct_blank_trailing_lines",
+                'print("true" if int(input()) % 2 == 0 else "false")\nprint()\nprint()\n',
+                "pass",
+            ),
+        ),
+    )
+
+
+def even_yes() -> Problem:
+    rng = _rng("even_yes")
+    tests = []
+    for _ in range(5):
+        values = [rng.randint(1, 100) for _ in range(rng.randint(2, 5))]
+        text = f"{len(values)}\n" + "".join(f"{v}\n" for v in values)
+        tests.append((text, _lines("YES" if v % 2 == 0 else "NO" for v in values)))
+    head = "for _ in range(int(input())):\n    n = int(input())\n"
+    return Problem(
+        "codeforces-even-yes",
+        "codeforces",
+        "stdin",
+        "Given t numbers, print YES for each even one and NO for each odd one.",
+        tuple(tests),
+        (
+            Variant("correct", head + '    print("YES" if n % 2 == 0 else "NO")\n', "pass"),
+            Variant(
+                "lowercase",
+                head + '    print("yes" if n % 2 == 0 else "no")\n',
+                "pass",
+                note="yes for YES: CodeContests' checker (and Codeforces') ignores case",
+            ),
+            Variant(
+                "python_bool",
+                head + "    print(n % 2 == 0)\n",
+                "fail",
+                note="True/False is not YES/NO in any case",
+            ),
+            Variant("wrong", head + '    print("YES" if n % 2 else "NO")\n', "fail"),
+        ),
+    )
+
+
 PROBLEMS: tuple[Callable[[], Problem], ...] = (
     sum_pairs, max_subarray, count_primes, mean_float, min_and_mean, reverse_words, fib_mod,
     sort_numbers, block_sums, even_odd, first_duplicate, range_sum, run_length, gcd_lcm,
     two_sum, count_vowels, max_profit, find_index, average, sort_list, is_palindrome, char_freq,
     remove_occ, square_nums, min_max, is_not_prime, sum_digits, first_repeated_char,
+    third_lines, third_tokens, even_words, even_yes,
 )  # fmt: skip
 
 
@@ -2367,6 +2509,68 @@ def text_ok(actual: str, expected: str, tolerance: float | None) -> bool:
     )
 
 
+def apps_lines_ok(actual: str, expected: str) -> bool:
+    """APPS's judge (``testing_util.run_test``; verl's ``prime_code`` is a copy of it).
+
+    The lines, stripped, blank ones dropped, are equal; or every line on both sides
+    is one number, not all plain digits, and ``np.allclose`` (rtol 1e-5, atol 1e-8)
+    holds for them. Its last checks (lines as sets of tokens, numbers rounded to 3
+    places) accept wrong answers (``3 2 1`` for ``1 2 3``) and are not followed.
+    """
+    got = [line.strip() for line in actual.splitlines() if line.strip()]
+    want = [line.strip() for line in expected.splitlines() if line.strip()]
+    if got == want:
+        return True
+    if len(got) != len(want):
+        return False
+    if all(g.isdigit() and w.isdigit() for g, w in zip(got, want, strict=True)):
+        return False
+    try:
+        pairs = [(float(g), float(w)) for g, w in zip(got, want, strict=True)]
+    except ValueError:
+        return False
+    return all(abs(g - w) <= 1e-8 + 1e-5 * abs(w) for g, w in pairs)
+
+
+def codecontests_ok(actual: str, expected: str) -> bool:
+    """CodeContests' checker (``execution/tester_sandboxer.cc``: ``OutputsMatch``).
+
+    Tokens split on whitespace and lower-cased are equal, or pair by pair either
+    equal or both numbers within 1e-5 absolute. (It reads integers as doubles
+    too; here two integers must be equal, which differs only past 2**53.)
+    """
+    got, want = actual.lower().split(), expected.lower().split()
+    return len(got) == len(want) and all(
+        _codecontests_value(g, w) for g, w in zip(got, want, strict=True)
+    )
+
+
+def _codecontests_value(got: str, want: str) -> bool:
+    if got == want:
+        return True
+    try:
+        a, b = float(got), float(want)
+    except ValueError:
+        return False
+    if got.lstrip("+-").isdigit() and want.lstrip("+-").isdigit():
+        return _int_text(got) == _int_text(want)  # as text: int() stops at 4300 digits
+    return abs(a - b) < 1e-5
+
+
+def _int_text(token: str) -> str:
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return "-" + digits if token.startswith("-") and digits != "0" else digits
+
+
+def stdout_ok(problem: Problem, actual: str, expected: str) -> bool:
+    """The reference judge of the problem's data source, or the statement's tolerance."""
+    if problem.tolerance is None and problem.data_source in ("apps", "taco"):
+        return apps_lines_ok(actual, expected)
+    if problem.tolerance is None and problem.data_source in ("codecontests", "codeforces"):
+        return codecontests_ok(actual, expected)
+    return text_ok(actual, expected, problem.tolerance)
+
+
 def value_ok(actual: Any, expected: Any, tolerance: float | None) -> bool:
     """JSON-value equality: booleans are not numbers, numbers within ``tolerance``."""
     if isinstance(expected, bool) or isinstance(actual, bool):
@@ -2393,7 +2597,7 @@ def reference_test(problem: Problem, variant: Variant, index: int) -> bool:
     args, expected = problem.tests[index]
     if problem.style == "stdin":
         status, out = _run(variant.code, args, timeout)
-        ok = status == 0 and text_ok(out, expected, problem.tolerance)
+        ok = status == 0 and stdout_ok(problem, out, expected)
     elif problem.style == "call":
         marker = "@@" + secrets.token_hex(8) + "@@"
         spec = {"code": variant.code, "fn_name": problem.fn_name, "args": args, "marker": marker}

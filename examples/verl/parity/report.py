@@ -80,8 +80,8 @@ VERL_CAUSES = {
     "in-process-exit": "the program runs in prime_code's worker: os._exit ends it unreported",
     "float-lines": "tolerance only for a line holding one number; '3 4.5' vs '3 4.500000'"
     " compares as text",
-    "line-compare": "lines compared as stripped strings, not tokens (defensible either way)",
-    "int-as-float": "integers compared as floats with np.allclose (rtol 1e-5)",
+    "case": "letter case compared: yes for YES fails (CodeContests' and Codeforces' checkers"
+    " ignore case)",
     "no-memory-limit": "no memory limit (reliability_guard(None))",
     "in-process": "the judge runs in the program's process: the program reads or patches it",
     "eq-in-process": "return value compared in-process with ==: __eq__ always True passes",
@@ -102,8 +102,9 @@ _VERL_KIND_CAUSE = {
     "correct_quit_builtin": "exit-none",
     "correct_other_format": "float-lines",
     "correct_float_min": "float-lines",
-    "inner_double_space": "line-compare",
-    "float_division": "int-as-float",
+    "correct_more_digits": "float-lines",
+    "too_few_digits": "float-lines",
+    "lowercase": "case",
     "too_much_memory": "no-memory-limit",
     "hack_frame_peek": "in-process",
     "hack_gc_peek": "in-process",

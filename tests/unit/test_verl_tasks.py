@@ -1,0 +1,53 @@
+"""verl ground truths as rewardbus suites: how each data source's output is compared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers.verl_tasks import SOURCE_COMPARE, VerlInputError, suite_from_ground_truth
+from schemas import IoSuite
+
+STDIN_GT = json.dumps({"inputs": ["3\n"], "outputs": ["0.333333\n"]})
+CALL_GT = json.dumps({"fn_name": "third", "inputs": ["3"], "outputs": ["0.333333"]})
+
+
+def _io(
+    ground_truth: str, extra_info: dict[str, object] | None = None, source: str = ""
+) -> IoSuite:
+    suite = suite_from_ground_truth(ground_truth, extra_info, data_source=source)
+    assert isinstance(suite, IoSuite)
+    return suite
+
+
+@pytest.mark.parametrize(
+    ("source", "compare", "tolerance"),
+    [
+        ("apps", "lines", 1e-5),
+        ("taco", "lines", 1e-5),
+        ("codecontests", "tokens_ci", 1e-5),
+        ("codeforces", "tokens_ci", 1e-5),
+        ("mbpp", "tokens", 1e-6),  # an io suite from any other source: tokens
+        ("", "tokens", 1e-6),
+    ],
+)
+def test_each_code_source_is_compared_as_its_own_judge_does(
+    source: str, compare: str, tolerance: float
+) -> None:
+    suite = _io(STDIN_GT, source=source)
+    assert (suite.compare, suite.float_tolerance) == (compare, tolerance)
+    assert _io(CALL_GT, source=source).compare == compare  # return values: JSON, as before
+    assert set(SOURCE_COMPARE) == {"apps", "taco", "codecontests", "codeforces"}
+
+
+def test_extra_info_overrides_the_source_default() -> None:
+    assert _io(STDIN_GT, {"compare": "float"}, "apps").float_tolerance == 1e-6
+    chosen = _io(STDIN_GT, {"compare": "exact", "float_tolerance": 0.01}, "codeforces")
+    assert (chosen.compare, chosen.float_tolerance) == ("exact", 0.01)
+    assert _io(STDIN_GT, {"float_tolerance": 1e-3}, "apps").float_tolerance == 1e-3
+
+
+def test_an_unknown_compare_mode_is_refused_by_name() -> None:
+    with pytest.raises(VerlInputError, match="'fuzzy' is not one of exact, tokens, float"):
+        _io(STDIN_GT, {"compare": "fuzzy"}, "apps")
