@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
+.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -119,6 +119,16 @@ bench: setup
 	$(BIN)/python benchmarks/bench_sandbox.py
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_io.py
+
+# CPU per completion, by layer, against benchmarks/cpu_baseline.json: a row more than 25 %
+# over fails (docs/performance.md). CI runs it. A new baseline is a deliberate commit:
+#   make cpu-guard-baseline REASON="what changed, and why the CPU is worth it"
+cpu-guard: setup
+	$(BIN)/python benchmarks/cpu_guard.py
+
+cpu-guard-baseline: setup
+	@test -n "$(REASON)" || { echo 'error: say why: make cpu-guard-baseline REASON="..."'; exit 1; }
+	$(BIN)/python benchmarks/cpu_guard.py --write-baseline --reason "$(REASON)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -345,3 +345,16 @@ class CpuMeter:
         known = sum(v for k, v in spent.items() if k != "machine")
         spent["unattributed"] = spent["machine"] - known
         return {key: round(1000 * value / max(items, 1), 2) for key, value in spent.items()}
+
+    async def standby_ms_per_s(self, seconds: float) -> dict[str, float]:
+        """CPU ms per second of wall time by component while nothing is asked of them.
+
+        Idle consumers still poll (the worker's fetches wait 20 ms, the aggregator's
+        50 ms) and the broker answers each: a cost per second, not per completion,
+        so a run that takes longer (a busier machine) shows more CPU per completion.
+        """
+        before, started = self.snapshot(), time.monotonic()
+        await asyncio.sleep(seconds)
+        after, elapsed = self.snapshot(), time.monotonic() - started
+        per_s = CpuMeter.per_item_ms(before, after, 1)
+        return {key: round(value / elapsed, 1) for key, value in per_s.items()}

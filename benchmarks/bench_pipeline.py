@@ -161,8 +161,15 @@ async def executor_alone(concurrency: int, limit: int | None) -> dict[str, Any]:
 # -- 1. throughput: the pipeline --------------------------------------------------
 
 
-async def pipeline(where: Cluster, count: int, samples: list[HumanEvalSample]) -> dict[str, Any]:
-    """Publish every sample in batches; wait for every reward and every scored batch."""
+async def pipeline(
+    where: Cluster, count: int, samples: list[HumanEvalSample], *, standby_s: float = 0.0
+) -> dict[str, Any]:
+    """Publish every sample in batches; wait for every reward and every scored batch.
+
+    ``standby_s`` > 0 (``cpu_guard.py``): first measure each component's CPU per
+    second with every client up and nothing to do (``cpu_standby_ms_per_s``), and
+    report how long the measured window was (``cpu_window_s``).
+    """
     kafka = await fresh_kafka(where.bootstrap, f"pipe{count}", partitions=max(4, 2 * count))
     run_id = uuid.uuid4().hex[:8]
     batches = list(build_batches(samples, batch_size=BATCH_SIZE, run_id=run_id, deadline_s=600))
@@ -175,7 +182,8 @@ async def pipeline(where: Cluster, count: int, samples: list[HumanEvalSample]) -
         RewardWatcher(kafka, lazy=True) as watcher,
     ):
         meter = CpuMeter(workers=tuple(pids), broker=where.broker_pid)
-        before = meter.snapshot()
+        standby = await meter.standby_ms_per_s(standby_s) if standby_s else None
+        before, window_started = meter.snapshot(), time.monotonic()
         async with RolloutProducer(kafka) as producer:
             for manifest, chunk in batches:
                 await producer.publish_manifest(manifest)
@@ -183,8 +191,12 @@ async def pipeline(where: Cluster, count: int, samples: list[HumanEvalSample]) -
         scored_at = await _collect_scored(scored, {m.batch_id for m, _ in batches})
         await wait_all(watcher, timeline.sent_at, TIMEOUT_S)
         cpu = CpuMeter.per_item_ms(before, meter.snapshot(), len(stamped))
+        window_s = time.monotonic() - window_started
     result = _pipeline_result(count, stamped, timeline, watcher, scored_at)
     result["cpu_ms_per_completion"] = cpu
+    if standby is not None:
+        result["cpu_standby_ms_per_s"] = standby
+        result["cpu_window_s"] = round(window_s, 3)
     return result
 
 

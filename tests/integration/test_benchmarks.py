@@ -126,3 +126,21 @@ def test_bench_test_code_quick() -> None:
         measured = report[workload]
         assert measured["worker-compiled"]["n"] == measured["sandbox-compiled"]["n"] > 0
         assert measured["ratio_p50"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_cpu_guard_quick() -> None:
+    # A smoke run judges nothing: it checks that the guard still measures every layer
+    # (it exits 2 when one reads 0) and reads the committed baseline.
+    report = quick_run("cpu_guard.py")
+    assert report["status"] == 0
+    assert set(report["verdicts"]) == {
+        "worker_processes",
+        "sandboxed",
+        "broker",
+        "bench_process",
+        "total",
+        "standby",
+    }
+    (only,) = report["passes"]
+    assert only["cpu_ms_per_completion"]["sandboxed"] > 0
