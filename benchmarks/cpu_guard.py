@@ -76,6 +76,10 @@ UNITS = {**dict.fromkeys((*LAYERS, "total"), "ms/completion"), "standby": "ms/s"
 JUDGED = ("worker_processes", "sandboxed", "broker", "total")
 LOAD_SENSITIVE = ("broker",)  # judged only when some pass was clean
 LIMIT = 1.25  # more than 25 % over the baseline fails
+# The broker JVM's own budget: its CPU per completion moves 1.5x between the passes of
+# one quiet run (2.46-3.84 ms in a CI run whose least pass read 1.17 of the baseline
+# relative to the floor), far more than any layer of ours.
+ROW_LIMITS = {"broker": 1.5}
 CLEAN_MS = 3.0  # a clean pass: at most this much unattributed CPU per completion
 PASSES, MIN_CLEAN, EXTRA_PASSES = 3, 2, 2  # a check: clean passes wanted, at most this many more
 BASELINE_PASSES, BASELINE_MIN_CLEAN = 5, 3  # a baseline: its median needs 3 clean passes
@@ -220,7 +224,12 @@ class Verdict:
 
     @property
     def grew(self) -> bool:
-        return self.judged and self.ratio > LIMIT and self.floor_ratio > LIMIT
+        return self.judged and self.ratio > self.limit and self.floor_ratio > self.limit
+
+    @property
+    def limit(self) -> float:
+        """The ratio this row may reach (both in CPU and relative to the floor)."""
+        return ROW_LIMITS.get(self.row, LIMIT)
 
     def describe(self) -> str:
         return (
@@ -371,7 +380,10 @@ def judge(verdicts: Sequence[Verdict], *, busy: bool, quick: bool) -> int:
         return 0
     grew = [v for v in verdicts if v.grew]
     if not grew:
-        print(f"PASS: every judged row within {100 * (LIMIT - 1):.0f} % of its baseline")
+        print(
+            f"PASS: every judged row within {100 * (LIMIT - 1):.0f} % of its baseline"
+            f" ({', '.join(f'{r} {100 * (x - 1):.0f} %' for r, x in ROW_LIMITS.items())})"
+        )
         return 0
     print(f"FAIL: CPU per completion regressed by more than {100 * (LIMIT - 1):.0f} %:")
     for v in grew:
