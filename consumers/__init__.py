@@ -38,6 +38,7 @@ from consumers.learner import (
     LearnerBatch,
     LearnerSource,
     LearnerSourceFullError,
+    PositionedSource,
     ScoredBatchSource,
 )
 from consumers.learner_plan import (
@@ -48,6 +49,7 @@ from consumers.learner_plan import (
     masked_uid,
     plan_batch,
 )
+from consumers.position import StreamPosition
 from consumers.state_store import AggregatorError
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "LearnerSourceFullError",
     "ManifestOutcome",
     "MaskReason",
+    "PositionedSource",
     "ReadyBatch",
     "RewardOutcome",
     "SamplePlan",
@@ -72,6 +75,7 @@ __all__ = [
     "ScoredBatchSource",
     "ScoredBatches",
     "StalenessPolicy",
+    "StreamPosition",
     "build_scored_batch",
     "grpo_advantages",
     "masked_uid",

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 
 from consumers.errors import ConsumerError
+from consumers.position import StreamPosition
 from kafkaio import (
     AioClients,
     Clients,
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 200
 _TOPIC_WAIT_S = 30.0
+# A position keeps this many of the latest batch ids taken, whatever their offsets, so
+# that a copy an aggregator re-emits after a restart is not taken again after a resume.
+_RECENT_TAKEN = 1024
 
 
 class ScoredBatchBufferFullError(ConsumerError):
@@ -52,6 +56,8 @@ class ScoredBatches(Lifecycle):
     beginning when ``from_beginning``, else from the end). With ``group_id`` it joins
     that consumer group and commits, per partition, up to the oldest batch it has
     not handed out yet, so a restarted learner gets again only what it had not had.
+    Without a group, ``start_at`` (a :meth:`position` saved earlier, e.g. in a
+    checkpoint) starts each partition where that position says instead.
     Batches read while ``get`` waits for another one are buffered, at most
     ``max_buffered`` of them; batch ids handed out are remembered, at most
     ``max_remembered`` of them (oldest forgotten first). ``clients`` makes the
@@ -64,11 +70,20 @@ class ScoredBatches(Lifecycle):
         *,
         group_id: str | None = None,
         from_beginning: bool = True,
+        start_at: StreamPosition | None = None,
         max_buffered: int = 1024,
         max_remembered: int = 100_000,
         clients: Clients | None = None,
     ) -> None:
+        if start_at is not None:
+            if group_id is not None:
+                raise ValueError("start_at is for a reader without a group (the group commits)")
+            if start_at.topic != kafka.topics.scored:
+                raise ValueError(
+                    f"the position is in {start_at.topic!r}, not {kafka.topics.scored!r}"
+                )
         self._kafka = kafka
+        self._start_at = start_at
         self._clients = clients or AioClients(kafka)
         self._group_id = group_id
         self._from_beginning = from_beginning
@@ -77,7 +92,9 @@ class ScoredBatches(Lifecycle):
         self._consumer: Consumer | None = None
         # batch_id -> (partition, offset, batch), in arrival order.
         self._buffer: dict[str, tuple[TopicPartition, int, ScoredBatch]] = {}
-        self._handed: dict[str, None] = {}
+        # batch_id -> where it was read; None for an id taken before a restart and not
+        # read again yet.
+        self._handed: dict[str, tuple[TopicPartition, int] | None] = {}
         self._consumed_to: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
 
@@ -95,9 +112,50 @@ class ScoredBatches(Lifecycle):
         await consumer.start()
         if self._group_id is not None:
             consumer.subscribe([topic])
+        elif self._start_at is not None:
+            await self._assign_at(consumer, partitions, self._start_at)
         else:
             await assign_from(consumer, partitions, from_beginning=self._from_beginning)
+        if self._group_id is None:
+            for tp in partitions:
+                self._consumed_to[tp] = await consumer.position(tp)
         self._consumer = consumer
+
+    async def _assign_at(
+        self, consumer: Consumer, partitions: list[TopicPartition], position: StreamPosition
+    ) -> None:
+        consumer.assign(partitions)
+        # A partition the position does not know was added since: read it all.
+        new = [tp for tp in partitions if tp.partition not in position.offsets]
+        if new:
+            await consumer.seek_to_beginning(*new)
+        for tp in partitions:
+            if tp.partition in position.offsets:
+                consumer.seek(tp, position.offsets[tp.partition])
+        self._handed = dict.fromkeys(position.taken)
+
+    def position(self) -> StreamPosition:
+        """Where this reader is: save it with the state built from what it handed out.
+
+        A reader started with ``start_at=`` that position hands out exactly the
+        batches this one has not handed out yet (see :mod:`consumers.position`).
+        """
+        low = self._low_water()
+        recent = set(list(self._handed)[-_RECENT_TAKEN:])
+        taken = tuple(
+            batch_id
+            for batch_id, where in self._handed.items()
+            if batch_id in recent or (where is not None and where[1] >= low.get(where[0], 0))
+        )
+        offsets = {tp.partition: offset for tp, offset in low.items()}
+        return StreamPosition(topic=self._kafka.topics.scored, offsets=offsets, taken=taken)
+
+    def _low_water(self) -> dict[TopicPartition, int]:
+        """Per partition, the oldest offset whose batch has not been handed out."""
+        low = dict(self._consumed_to)
+        for tp, offset, _batch in self._buffer.values():
+            low[tp] = min(low.get(tp, offset), offset)
+        return low
 
     async def stop(self) -> None:
         """Close the consumer (leaving the group, if any)."""
@@ -167,13 +225,17 @@ class ScoredBatches(Lifecycle):
                 "%s[%d]@%d skipped: %s", tp.topic, tp.partition, record.offset, exc.reason
             )
             return
-        if batch.batch_id in self._handed or batch.batch_id in self._buffer:
+        if batch.batch_id in self._handed:
+            if self._handed[batch.batch_id] is None:
+                self._handed[batch.batch_id] = (tp, record.offset)
+            return  # taken before this reader's restart, or a re-emitted copy
+        if batch.batch_id in self._buffer:
             return  # re-emitted after an aggregator restart: the first copy counts
         self._buffer[batch.batch_id] = (tp, record.offset, batch)
 
     async def _hand_out(self, batch_id: str) -> ScoredBatch:
-        _tp, _offset, batch = self._buffer.pop(batch_id)
-        self._handed[batch_id] = None
+        tp, offset, batch = self._buffer.pop(batch_id)
+        self._handed[batch_id] = (tp, offset)
         while len(self._handed) > self._max_remembered:
             del self._handed[next(iter(self._handed))]
         if self._group_id is not None:
@@ -182,9 +244,7 @@ class ScoredBatches(Lifecycle):
 
     async def _commit(self) -> None:
         """Commit each partition up to its oldest batch not yet handed out."""
-        committable = dict(self._consumed_to)
-        for tp, offset, _batch in self._buffer.values():
-            committable[tp] = min(committable.get(tp, offset), offset)
+        committable = self._low_water()
         owned = self._running().assignment()
         committable = {tp: offset for tp, offset in committable.items() if tp in owned}
         if not committable:

@@ -19,10 +19,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from consumers.errors import ConsumerError
 from consumers.learner_plan import LearnerCounters, StalenessPolicy
+from consumers.position import StreamPosition
 from schemas import ScoredBatch
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "LearnerBatch",
     "LearnerSource",
     "LearnerSourceFullError",
+    "PositionedSource",
     "ScoredBatchSource",
 ]
 
@@ -47,6 +49,15 @@ class ScoredBatchSource(Protocol):
     # Mirrors ScoredBatches.next, whose timeout is part of its public API.
     async def next(self, timeout: float | None = None) -> ScoredBatch:  # noqa: ASYNC109
         """The next batch in arrival order; ``TimeoutError`` after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class PositionedSource(ScoredBatchSource, Protocol):
+    """A source that can say where it is (``consumers.ScoredBatches`` can)."""
+
+    def position(self) -> StreamPosition:
+        """Where to start a reader that continues after what this one handed out."""
         ...
 
 
@@ -95,7 +106,9 @@ class LearnerSource(Generic[RolloutT, DataT]):
     step) and ``staleness`` are passed to the converter with every batch. A scored
     batch whose rollout is not held (another run's, or one already handed out) is
     skipped, logged and counted in :attr:`skipped`. ``counters`` adds up the
-    converter's counters over every batch handed out.
+    converter's counters over every batch handed out; ``on_skip`` is called with
+    each skipped batch (a trainer that resumed from a checkpoint sees there the
+    batches of its previous incarnation, whose rollouts died with it).
     """
 
     def __init__(
@@ -107,6 +120,7 @@ class LearnerSource(Generic[RolloutT, DataT]):
         release: Callable[[str], object] | None = None,
         staleness: StalenessPolicy | None = None,
         learner_version: int | None = None,
+        on_skip: Callable[[ScoredBatch], object] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
@@ -119,6 +133,7 @@ class LearnerSource(Generic[RolloutT, DataT]):
         self._convert = convert
         self._release = release
         self._held: dict[str, RolloutT] = {}
+        self._on_skip = on_skip
 
     @classmethod
     def for_verl(
@@ -129,6 +144,7 @@ class LearnerSource(Generic[RolloutT, DataT]):
         release: Callable[[str], object] | None = None,
         staleness: StalenessPolicy | None = None,
         learner_version: int | None = None,
+        on_skip: Callable[[ScoredBatch], object] | None = None,
     ) -> LearnerSource[Any, Any]:
         """A source of verl ``DataProto``s (rollouts in, ``scored_batch_to_dataproto`` out).
 
@@ -143,7 +159,23 @@ class LearnerSource(Generic[RolloutT, DataT]):
             release=release,
             staleness=staleness,
             learner_version=learner_version,
+            on_skip=on_skip,
         )
+
+    def position(self) -> StreamPosition:
+        """Where the learner is in the scored-batch stream, for a checkpoint.
+
+        Save it in the same atomic write as the weights the batches handed out so far
+        were applied to, and build the source again with
+        ``ScoredBatches(kafka, start_at=position)`` on resume: no batch is applied twice
+        and none is missed. Rollouts still held are not part of it: a checkpoint taken
+        while some are held must save them too and ``hold`` them again after the
+        resume, or their batches are skipped. ``TypeError`` when the source cannot
+        say where it is.
+        """
+        if not isinstance(self._source, PositionedSource):
+            raise TypeError(f"{type(self._source).__name__} has no position()")
+        return self._source.position()
 
     def hold(self, batch_id: str, rollout: RolloutT) -> None:
         """Keep ``rollout`` until ``batch_id`` is scored; call it before publishing the batch.
@@ -206,6 +238,8 @@ class LearnerSource(Generic[RolloutT, DataT]):
 
     def _skip(self, scored: ScoredBatch) -> None:
         self.skipped += 1
+        if self._on_skip is not None:
+            self._on_skip(scored)
         log.warning(
             "scored batch %s skipped: its rollout is not held (held: %s)",
             scored.batch_id,

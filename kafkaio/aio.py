@@ -34,6 +34,9 @@ from schemas import KafkaSettings
 __all__ = ["AioAdmin", "AioClients", "AioConsumer", "AioProducer"]
 
 _ASSIGNORS = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+# A healthy commit takes milliseconds and a coordinator moves in seconds; a broker that
+# is gone would hold a commit for ever (aiokafka looks for the coordinator without end).
+_COMMIT_TIMEOUT_S = 10.0
 
 
 def _error(exc: KafkaError, what: str, kind: type[KafkaIOError] = KafkaIOError) -> KafkaIOError:
@@ -236,9 +239,20 @@ class AioConsumer(_Wrapped):
         self._client.resume(*partitions)
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit; CommitFailed when a rebalance took the partitions meanwhile."""
+        """Commit; CommitFailed when a rebalance took the partitions meanwhile.
+
+        Also CommitFailed when the commit does not finish within ``_COMMIT_TIMEOUT_S``:
+        aiokafka looks for a lost coordinator without end, and a worker whose broker
+        died would otherwise never get past its commit, not even to stop.
+        """
         try:
-            await self._client.commit(dict(offsets))
+            async with asyncio.timeout(_COMMIT_TIMEOUT_S):
+                await self._client.commit(dict(offsets))
+        except TimeoutError:
+            raise CommitFailed(
+                f"offset commit timed out after {_COMMIT_TIMEOUT_S:.0f} s (no coordinator)",
+                retriable=True,
+            ) from None
         except (CommitFailedError, IllegalStateError) as exc:
             raise _error(exc, "offset commit", CommitFailed) from exc
         except KafkaError as exc:

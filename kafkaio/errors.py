@@ -27,7 +27,9 @@ class ProduceError(KafkaIOError):
 
 
 class CommitFailed(KafkaIOError):
-    """An offset commit failed because the partitions were reassigned meanwhile."""
+    """An offset commit did not happen: the partitions were reassigned meanwhile, or no
+    coordinator answered in time. The offsets stay where they were; the next commit, or
+    the next owner's redelivery, covers them."""
 
 
 class TopicNotFound(KafkaIOError):

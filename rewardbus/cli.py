@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -16,16 +17,31 @@ __all__ = ["main"]
 log = logging.getLogger("rewardbus")
 
 
-def _shutdown_future() -> asyncio.Future[None]:
-    """A future resolved by the first SIGTERM or SIGINT (a second one kills hard)."""
+def _shutdown_future(stop_timeout_s: float | None = None) -> asyncio.Future[None]:
+    """A future resolved by the first SIGTERM or SIGINT (a second one kills hard).
+
+    With ``stop_timeout_s``, a process still running that long after the signal exits
+    with status 1 (as an orchestrator's grace period would end it): a service whose
+    broker is gone can otherwise wait on it for ever. A thread keeps the time, so a
+    blocked event loop cannot hold it up.
+    """
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
+
+    def overdue() -> None:
+        log.error("not stopped %.0f s after the signal: exiting", stop_timeout_s)
+        logging.shutdown()
+        os._exit(1)
 
     def trigger(signum: int) -> None:
         if fut.done():
             os._exit(128 + signum)
         log.info("received %s: shutting down", signal.Signals(signum).name)
         fut.set_result(None)
+        if stop_timeout_s is not None:
+            timer = threading.Timer(stop_timeout_s, overdue)
+            timer.daemon = True
+            timer.start()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, trigger, signum)
@@ -84,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--instance-id", default=None, help="static group membership id")
     worker.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
+    worker.add_argument(
+        "--stop-timeout-s",
+        type=float,
+        default=50.0,
+        help="exit (status 1) if still running this long after SIGTERM: the drain (30 s)"
+        " and the final commit fit, and it ends before Kubernetes' 60 s grace period",
+    )
     worker.add_argument(
         "--loop-stall-s",
         type=float,
@@ -253,6 +276,20 @@ def _train_demo_parser(sub: Any) -> None:
     train.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
     train.add_argument(
         "--tasks", default="", metavar="NAMES", help="comma-separated subset of the task family"
+    )
+    train.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="save checkpoints (and, on the embedded broker, its data) in DIR",
+    )
+    train.add_argument(
+        "--checkpoint-every", type=int, default=10, metavar="N", help="steps between checkpoints"
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the checkpoint in --checkpoint-dir (a new run when there is none)",
     )
     train.add_argument(
         "--max-response-length",

@@ -128,7 +128,9 @@ async def worker(args: argparse.Namespace) -> int:
     telemetry = _telemetry("rewardbus-worker", args)
     flush = telemetry.shutdown
     ready = asyncio.Event()
-    shutdown = _shutdown_future()
+    if args.stop_timeout_s <= 0:
+        raise UsageError("--stop-timeout-s must be positive")
+    shutdown = _shutdown_future(args.stop_timeout_s)
 
     async def announce() -> None:
         await ready.wait()
@@ -161,7 +163,8 @@ async def aggregator(args: argparse.Namespace) -> int:
         await run_aggregator(
             kafka,
             AggregatorConfig(group_id=args.group_id),
-            shutdown=_shutdown_future(),
+            # Within Kubernetes' 30 s grace period for the aggregator.
+            shutdown=_shutdown_future(stop_timeout_s=25.0),
             ready=ready,
         )
     finally:
@@ -344,6 +347,7 @@ async def train_demo(args: argparse.Namespace) -> int:
     """``rewardbus train-demo``; torch and verl are imported here, never at CLI import."""
     started = time.monotonic()
     try:
+        from rewardbus.train_demo.checkpoint import CheckpointError
         from rewardbus.train_demo.devices import DeviceUnavailable
         from rewardbus.train_demo.loop import run_train_demo
     except ImportError as exc:
@@ -366,12 +370,15 @@ async def train_demo(args: argparse.Namespace) -> int:
             bootstrap=args.bootstrap_servers or os.environ.get("REWARDBUS_BOOTSTRAP_SERVERS"),
             alerts=AlertRules(max_response_length=args.max_response_length),
             tasks=tuple(name for name in args.tasks.split(",") if name),
+            checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
         return await run_train_demo(options, shutdown=_shutdown_future(), started=started)
-    except DeviceUnavailable as exc:
+    except (DeviceUnavailable, CheckpointError) as exc:
         raise UsageError(str(exc)) from None
 
 

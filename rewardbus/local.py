@@ -26,6 +26,7 @@ from kafkaio import (
     assign_from,
     topic_partitions,
 )
+from rewardbus.reaped_child import parent_death_signal
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import KafkaSettings, RewardEvent, SchemaError, decode
 
@@ -34,12 +35,18 @@ __all__ = ["RewardWatcher", "WorkerPoolOptions", "aggregator", "embedded_broker"
 
 @contextlib.asynccontextmanager
 async def embedded_broker(
-    num_partitions: int = 4, *, preallocate_heap: bool = False
+    num_partitions: int = 4, *, preallocate_heap: bool = False, data_dir: Path | None = None
 ) -> AsyncIterator[str]:
-    """A real single-node Kafka broker on 127.0.0.1; yields its bootstrap address."""
+    """A real single-node Kafka broker on 127.0.0.1; yields its bootstrap address.
+
+    ``data_dir``: keep the broker's data there (and find it there on the next start);
+    None is a temporary directory removed on stop.
+    """
     from rewardbus.broker import BrokerConfig, EmbeddedBroker
 
-    config = BrokerConfig(num_partitions=num_partitions, preallocate_heap=preallocate_heap)
+    config = BrokerConfig(
+        num_partitions=num_partitions, preallocate_heap=preallocate_heap, data_dir=data_dir
+    )
     async with EmbeddedBroker(config) as broker:
         yield broker.bootstrap_servers
 
@@ -93,8 +100,14 @@ async def _spawn_worker(
     if not options.strict:
         argv.append("--no-strict")
     cpu = options.cpus[index % len(options.cpus)] if options.cpus else None
+    # A worker whose parent died (a trainer killed -9) stops as on SIGTERM: drains,
+    # commits and leaves, within its stop deadline, instead of judging for nobody.
+    # The loop's thread forks it and lives as long as the pool.
+    orphaned = parent_death_signal(signal.SIGTERM)
 
-    def pin() -> None:
+    def prepare() -> None:
+        if orphaned is not None:
+            orphaned()
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
 
@@ -102,7 +115,7 @@ async def _spawn_worker(
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=log,  # type: ignore[arg-type]
-        preexec_fn=pin if cpu is not None else None,
+        preexec_fn=prepare,
     )
 
 

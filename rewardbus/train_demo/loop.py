@@ -7,6 +7,13 @@ GRPO ``uid``) through ``RolloutProducer``; sandbox worker processes judge them
 ``scored_batch_to_dataproto`` turns it and the rollout into verl's ``DataProto``
 (GRPO advantages, masked rows zeroed); verl's policy loss updates the policy.
 Nothing scores a sample in this process.
+
+With ``checkpoint_dir`` the run saves a checkpoint every ``checkpoint_every`` steps
+(:mod:`rewardbus.train_demo.checkpoint`: weights, optimiser, step and the learner's
+position in the scored-batch stream in one atomic write) and ``resume`` continues the
+latest one: same topics, the stream read from the saved position, and batch ids of a
+new incarnation, so a batch the killed process had published is skipped (its
+rollout died with it), never applied to a rollout it was not scored for.
 """
 
 from __future__ import annotations
@@ -19,14 +26,22 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from consumers import ScoredBatches
-from consumers.verl_batch import scored_batch_to_dataproto
+from consumers import LearnerSource, ScoredBatches, StreamPosition
 from producers import RolloutProducer
 from rewardbus.local import embedded_broker, local_pipeline
+from rewardbus.train_demo.checkpoint import (
+    AppliedLog,
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rewardbus.train_demo.completions import step_samples
 from rewardbus.train_demo.devices import empty_cache, resolve_device
 from rewardbus.train_demo.learner import UpdateMetrics
@@ -59,6 +74,33 @@ class _Run:
     monitor: AlertMonitor = field(default_factory=AlertMonitor)
     started: float = 0.0
     finished: float = 0.0
+    # What earlier incarnations did (a resumed run).
+    first_step: int = 0
+    resumed_at: tuple[int, ...] = ()
+    train_s_before: float = 0.0
+    skipped: int = 0
+
+    @property
+    def train_s(self) -> float:
+        """Training time over every incarnation."""
+        here = self.finished - self.started if self.records[self.first_step :] else 0.0
+        return self.train_s_before + here
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """Which run this process continues, and as which incarnation."""
+
+    run_id: str
+    incarnation: int
+    bootstrap: str | None  # None: the embedded broker
+    position: StreamPosition | None
+    first_step: int = 0
+
+    def batch_id(self, step: int) -> str:
+        """A step's batch id; a resumed process's own, so none of the dead one's is taken."""
+        suffix = f"-r{self.incarnation}" if self.incarnation else ""
+        return f"{self.run_id}-step-{step:04d}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -66,8 +108,9 @@ class _Wiring:
     """The step loop's connections to the pipeline."""
 
     producer: RolloutProducer
-    scored: ScoredBatches
-    run_id: str
+    learner: LearnerSource[Any, Any]
+    identity: _Identity
+    applied: AppliedLog | None
 
 
 async def run_train_demo(
@@ -86,9 +129,10 @@ async def run_train_demo(
     tasks = task_family(options.behaviours())
     trainer = _trainer(options, device, batch_size=len(tasks) * options.group_size)
     run = _Run(monitor=AlertMonitor(options.alerts))
+    identity = _identity(options, trainer, run, device)
     error: str | None = None
     async with contextlib.AsyncExitStack() as stack:
-        wiring = await _pipeline(stack, options)
+        wiring = await _pipeline(stack, options, identity, run)
         work = asyncio.ensure_future(_train(options, trainer, tasks, wiring, run))
         stop = asyncio.ensure_future(shutdown)
         await asyncio.wait([work, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -102,17 +146,21 @@ async def run_train_demo(
             error = f"{type(failure).__name__}: {failure}"
     plot = None
     if run.records:
+        resumed = (
+            f", resumed at step {', '.join(map(str, run.resumed_at))}" if run.resumed_at else ""
+        )
         plot = write_plot(
             options.plot.resolve(),
             run.records,
             title=f"rewardbus train-demo: {len(run.records)} steps, GRPO, rewards from the "
-            f"sandbox pipeline ({options.workers} workers, {device.type})",
+            f"sandbox pipeline ({options.workers} workers, {device.type}){resumed}",
+            resumed_at=run.resumed_at,
         )
     facts = RunFacts(
         steps_requested=options.steps,
         window=options.window,
         wall_s=time.monotonic() - command_started,
-        train_s=run.finished - run.started if run.records else 0.0,
+        train_s=run.train_s,
         device=str(device),
         workers=options.workers,
         strict=options.strict,
@@ -123,6 +171,8 @@ async def run_train_demo(
         verdicts=run.verdicts,
         policy_parameters=sum(p.numel() for p in trainer.policy.parameters()),
         error=error,
+        resumed_at=run.resumed_at,
+        skipped_batches=run.skipped,
     )
     result = summary(run.records, facts)
     print_summary(result, as_json=options.json)
@@ -146,14 +196,72 @@ def _trainer(options: TrainDemoOptions, device: torch.device, *, batch_size: int
     )
 
 
-async def _pipeline(stack: contextlib.AsyncExitStack, options: TrainDemoOptions) -> _Wiring:
+def _settings(options: TrainDemoOptions, device: torch.device) -> dict[str, Any]:
+    """What a resumed run must share with its checkpoint."""
+    return {
+        "steps": options.steps,
+        "group_size": options.group_size,
+        "seed": options.seed,
+        "tasks": [b.name for b in options.behaviours()],
+        "d_model": options.d_model,
+        "n_layers": options.n_layers,
+        "learner": asdict(options.learner),
+        "device_type": device.type,
+    }
+
+
+def _identity(
+    options: TrainDemoOptions, trainer: Trainer, run: _Run, device: torch.device
+) -> _Identity:
+    """A new run's identity, or the checkpoint's restored into ``trainer`` and ``run``."""
+    directory = options.checkpoint_dir
+    found = load_checkpoint(directory) if directory is not None else None
+    if found is None:
+        if options.resume:
+            say(f"no checkpoint in {directory}: starting a new run")
+        return _Identity(uuid.uuid4().hex[:8], 0, options.bootstrap, None, first_step=0)
+    if not options.resume:
+        raise CheckpointError(
+            f"{directory} holds a checkpoint of run {found.run_id} at step {found.step}: "
+            "pass --resume to continue it, or choose another --checkpoint-dir"
+        )
+    found.check_settings(_settings(options, device))
+    if found.bootstrap is None and options.bootstrap:
+        raise CheckpointError(
+            "the checkpoint's stream is on the embedded broker kept in the checkpoint "
+            "directory: resume without --bootstrap"
+        )
+    trainer.load_state_dict(found.trainer)
+    run.records = list(found.records)
+    for record in run.records:
+        run.monitor.observe(record)
+    run.verdicts.update(found.verdicts)
+    run.first_step = found.step
+    run.resumed_at = (*found.resumed_at, found.step)
+    run.train_s_before = found.train_s
+    say(f"resuming run {found.run_id} at step {found.step} from {directory}")
+    return _Identity(
+        found.run_id,
+        found.incarnation + 1,
+        options.bootstrap or found.bootstrap,
+        StreamPosition.from_dict(found.position),
+        first_step=found.step,
+    )
+
+
+async def _pipeline(
+    stack: contextlib.AsyncExitStack, options: TrainDemoOptions, identity: _Identity, run: _Run
+) -> _Wiring:
     """Broker (unless given one), topics, sandbox workers, aggregator, producer, reader."""
-    if options.bootstrap:
-        bootstrap = options.bootstrap
+    if identity.bootstrap:
+        bootstrap = identity.bootstrap
     else:
-        say("starting the embedded Kafka broker")
-        bootstrap = await stack.enter_async_context(embedded_broker())
-    run_id = uuid.uuid4().hex[:8]
+        # With a checkpoint directory the broker's data is kept in it: the stream the
+        # checkpoint's position points into must outlive this process.
+        kept = options.checkpoint_dir / "broker" if options.checkpoint_dir else None
+        say("starting the embedded Kafka broker" + (f" (data in {kept})" if kept else ""))
+        bootstrap = await stack.enter_async_context(embedded_broker(data_dir=kept))
+    run_id = identity.run_id
     kafka = KafkaSettings(
         bootstrap_servers=bootstrap,
         topics=Topics(prefix=f"train-demo-{run_id}."),
@@ -173,8 +281,21 @@ async def _pipeline(stack: contextlib.AsyncExitStack, options: TrainDemoOptions)
     sandbox = "strict sandbox" if options.strict else "sandbox, degraded layers allowed"
     say(f"{options.workers} sandbox worker processes ({sandbox}) joined {group!r}")
     producer = await stack.enter_async_context(RolloutProducer(kafka))
-    scored = await stack.enter_async_context(ScoredBatches(kafka))
-    return _Wiring(producer=producer, scored=scored, run_id=run_id)
+    scored = await stack.enter_async_context(ScoredBatches(kafka, start_at=identity.position))
+    applied = None
+    if options.checkpoint_dir is not None:
+        applied = AppliedLog(options.checkpoint_dir, identity.incarnation)
+        if identity.incarnation:
+            applied.write("resumed", step=identity.first_step, run_id=run_id)
+
+    def skipped(batch: ScoredBatch) -> None:
+        # A batch the killed process published after its checkpoint: its rollout is gone.
+        run.skipped += 1
+        if applied is not None:
+            applied.write("skipped", batch_id=batch.batch_id)
+
+    learner = LearnerSource.for_verl(scored, max_in_flight=1, on_skip=skipped)
+    return _Wiring(producer=producer, learner=learner, identity=identity, applied=applied)
 
 
 async def _train(
@@ -190,14 +311,48 @@ async def _train(
         f"training: {options.steps} steps x {len(step_tasks)} samples "
         f"({len(tasks)} tasks x {options.group_size}), device {trainer.allowed.device}"
     )
-    run.started = time.monotonic()
-    for step in range(options.steps):
+    run.started = run.finished = time.monotonic()
+    for step in range(run.first_step, options.steps):
         record = await _step(options, trainer, step_tasks, wiring, run=run, step=step)
         run.records.append(record)
         run.finished = time.monotonic()
         alerts = run.monitor.observe(record)
         counters.record(record, alerts)
         say(progress_line(record, options.steps))
+        done = step + 1
+        due = done % options.checkpoint_every == 0 or done == options.steps
+        if options.checkpoint_dir is not None and due:
+            await asyncio.to_thread(
+                _checkpoint, options.checkpoint_dir, options, trainer, wiring, run
+            )
+
+
+def _checkpoint(
+    directory: Path, options: TrainDemoOptions, trainer: Trainer, wiring: _Wiring, run: _Run
+) -> None:
+    """Save the state after the last step run, and where in the stream its batch was."""
+    next_step = run.records[-1].step + 1
+    position = wiring.learner.position()
+    identity = wiring.identity
+    path = save_checkpoint(
+        directory,
+        Checkpoint(
+            step=next_step,
+            run_id=identity.run_id,
+            incarnation=identity.incarnation,
+            bootstrap=identity.bootstrap,
+            settings=_settings(options, trainer.allowed.device),
+            trainer=trainer.state_dict(),
+            position=position.to_dict(),
+            records=tuple(run.records),
+            verdicts=dict(run.verdicts),
+            resumed_at=run.resumed_at,
+            train_s=run.train_s,
+        ),
+    )
+    if wiring.applied is not None:
+        wiring.applied.write("checkpoint", step=next_step, position=position.to_dict())
+    say(f"checkpoint: step {next_step} in {path}")
 
 
 async def _step(
@@ -211,22 +366,27 @@ async def _step(
 ) -> StepRecord:
     started = time.monotonic()
     rollout, texts = await asyncio.to_thread(trainer.rollout, step_tasks)
-    batch_id = f"{wiring.run_id}-step-{step:04d}"
+    batch_id = wiring.identity.batch_id(step)
     samples = step_samples(
         batch_id, step_tasks, texts, policy_version=step, deadline_s=options.step_timeout_s
     )
+    learner = wiring.learner
+    learner.learner_version = step
+    learner.hold(batch_id, rollout_dataproto(rollout, samples.sample_ids, samples.group_ids))
     published = time.monotonic()
     await wiring.producer.publish_manifest(samples.manifest)
     await wiring.producer.publish_many(samples.completions)
-    scored = await wiring.scored.get(batch_id, timeout=options.step_timeout_s + 10.0)
+    try:
+        item = await learner.next(timeout=options.step_timeout_s + 10.0)
+    except TimeoutError:
+        learner.forget(batch_id)
+        raise
+    scored = item.scored
     latency_s = time.monotonic() - published
-    data, _counters = scored_batch_to_dataproto(
-        scored,
-        rollout_dataproto(rollout, samples.sample_ids, samples.group_ids),
-        learner_version=step,
-    )
-    metrics = await asyncio.to_thread(trainer.learn, data)
+    metrics = await asyncio.to_thread(trainer.learn, item.data)
     empty_cache(trainer.allowed.device)
+    if wiring.applied is not None:
+        wiring.applied.write("applied", step=step, batch_id=batch_id)
     run.verdicts.update(str(s.verdict) for s in scored.samples if s.verdict is not None)
     return _record(
         step,

@@ -38,6 +38,11 @@ class TrainDemoOptions:
     alerts: AlertRules = field(default_factory=AlertRules)
     d_model: int = 64
     n_layers: int = 2
+    # Save a checkpoint here every checkpoint_every steps (and after the last one).
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 10
+    # Continue the checkpoint in checkpoint_dir (a new run when there is none yet).
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -46,6 +51,10 @@ class TrainDemoOptions:
             raise ValueError("group_size must be at least 2 (GRPO compares within a group)")
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if self.checkpoint_every < 1:
+            raise ValueError("checkpoint_every must be at least 1")
+        if self.resume and self.checkpoint_dir is None:
+            raise ValueError("--resume needs the --checkpoint-dir to resume from")
         known = {b.name for b in BEHAVIOURS}
         unknown = [name for name in self.tasks if name not in known]
         if unknown:

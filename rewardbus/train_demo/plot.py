@@ -32,8 +32,17 @@ class Series:
     guides: Sequence[tuple[float, str]] = ()
 
 
-def plot_curves(path: str | Path, series: Sequence[Series], *, title: str) -> Path:
-    """Draw ``series`` in a two-column grid of panels and write the PNG to ``path``."""
+def plot_curves(
+    path: str | Path,
+    series: Sequence[Series],
+    *,
+    title: str,
+    markers: Sequence[tuple[int, str]] = (),
+) -> Path:
+    """Draw ``series`` in a two-column grid of panels and write the PNG to ``path``.
+
+    ``markers``: (step, label) drawn as a vertical line across every panel.
+    """
     columns = 2
     rows = (len(series) + columns - 1) // columns
     image = Image.new("RGB", (columns * _PANEL_W, rows * _PANEL_H + 28), _BACKGROUND)
@@ -42,14 +51,20 @@ def plot_curves(path: str | Path, series: Sequence[Series], *, title: str) -> Pa
     for index, one in enumerate(series):
         left = (index % columns) * _PANEL_W
         top = 28 + (index // columns) * _PANEL_H
-        _panel(draw, left, top, one)
+        _panel(draw, left, top, one, markers)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     image.save(out, format="PNG")
     return out
 
 
-def _panel(draw: ImageDraw.ImageDraw, left: int, top: int, series: Series) -> None:
+def _panel(
+    draw: ImageDraw.ImageDraw,
+    left: int,
+    top: int,
+    series: Series,
+    markers: Sequence[tuple[int, str]],
+) -> None:
     x0, y0 = left + _MARGIN_L, top + _MARGIN_T
     x1, y1 = left + _PANEL_W - _MARGIN_R, top + _PANEL_H - _MARGIN_B
     values = list(series.values)
@@ -75,6 +90,10 @@ def _panel(draw: ImageDraw.ImageDraw, left: int, top: int, series: Series) -> No
         y = point(0, value)[1]
         draw.line([(x0, y), (x1, y)], fill=(170, 170, 170), width=1)
         draw.text((x1 - 7 * len(label) - 4, y - 13), label, fill=(110, 110, 110))
+    for step, label in markers:
+        x = point(step, low)[0]
+        draw.line([(x, y0), (x, y1)], fill=(200, 40, 40), width=1)
+        draw.text((x + 3, y0 + 2), label, fill=(200, 40, 40))
     if len(values) == 1:
         x, y = point(0, values[0])
         draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=series.colour)

@@ -51,6 +51,9 @@ class RunFacts:
     verdicts: Counter[str]
     policy_parameters: int
     error: str | None = None
+    # Steps at which a resumed process took over; batches of a killed one it skipped.
+    resumed_at: Sequence[int] = ()
+    skipped_batches: int = 0
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -104,6 +107,8 @@ def summary(records: Sequence[StepRecord], facts: RunFacts) -> dict[str, Any]:
         "tasks": list(facts.tasks),
         "policy_parameters": facts.policy_parameters,
         "plot": str(facts.plot) if facts.plot is not None else None,
+        "resumed_at": list(facts.resumed_at),
+        "skipped_batches": facts.skipped_batches,
         "error": facts.error,
     }
 
@@ -127,6 +132,14 @@ def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
         f"  verdicts          {result['verdicts']}",
         f"  alerts            {result['alerts']}",
         f"  plot              {result['plot']}",
+        *(
+            [
+                f"  resumed           at step {result['resumed_at']},"
+                f" {result['skipped_batches']} batches of the killed process skipped"
+            ]
+            if result["resumed_at"]
+            else []
+        ),
         f"  result            {'LEARNED' if result['learned'] else 'did not reach the bar'}"
         f" (first <= {FIRST_AT_MOST}, last >= {LAST_AT_LEAST})",
     ]
@@ -137,8 +150,10 @@ def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(result, sort_keys=True), flush=True)
 
 
-def write_plot(path: Path, records: Sequence[StepRecord], *, title: str) -> Path:
-    """The four curves as a PNG at ``path``."""
+def write_plot(
+    path: Path, records: Sequence[StepRecord], *, title: str, resumed_at: Sequence[int] = ()
+) -> Path:
+    """The four curves as a PNG at ``path``; a marked line at each step a resume began."""
     return plot_curves(
         path,
         [
@@ -169,6 +184,7 @@ def write_plot(path: Path, records: Sequence[StepRecord], *, title: str) -> Path
             ),
         ],
         title=title,
+        markers=[(step, "resumed") for step in resumed_at],
     )
 
 

@@ -9,7 +9,7 @@ rows zeroed), and :meth:`Trainer.learn` trains on exactly that.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,24 @@ class Trainer:
             for ids in rollout.response_ids()
         ]
         return rollout, texts
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes as it trains: weights, optimiser, schedule, generators."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self._schedule.state_dict(),
+            "sampling": self._sampling.get_state(),
+            "shuffle": self._shuffle.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (saved on any device)."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._schedule.load_state_dict(state["schedule"])
+        self._sampling.set_state(state["sampling"])
+        self._shuffle.set_state(state["shuffle"])
 
     def learn(self, data: Any) -> UpdateMetrics:
         """One update from a scored ``DataProto`` (advantages and response mask from rewardbus)."""
