@@ -25,6 +25,7 @@ from kafkaio import (
     Lifecycle,
     Record,
     TopicPartition,
+    assign_at,
     assign_from,
     topic_partitions,
 )
@@ -94,7 +95,9 @@ class ScoredBatches(Lifecycle):
         self._buffer: dict[str, tuple[TopicPartition, int, ScoredBatch]] = {}
         # batch_id -> where it was read; None for an id taken before a restart and not
         # read again yet.
-        self._handed: dict[str, tuple[TopicPartition, int] | None] = {}
+        self._handed: dict[str, tuple[TopicPartition, int] | None] = dict.fromkeys(
+            start_at.taken if start_at is not None else ()
+        )
         self._consumed_to: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
 
@@ -113,26 +116,13 @@ class ScoredBatches(Lifecycle):
         if self._group_id is not None:
             consumer.subscribe([topic])
         elif self._start_at is not None:
-            await self._assign_at(consumer, partitions, self._start_at)
+            await assign_at(consumer, partitions, self._start_at.offsets)
         else:
             await assign_from(consumer, partitions, from_beginning=self._from_beginning)
         if self._group_id is None:
             for tp in partitions:
                 self._consumed_to[tp] = await consumer.position(tp)
         self._consumer = consumer
-
-    async def _assign_at(
-        self, consumer: Consumer, partitions: list[TopicPartition], position: StreamPosition
-    ) -> None:
-        consumer.assign(partitions)
-        # A partition the position does not know was added since: read it all.
-        new = [tp for tp in partitions if tp.partition not in position.offsets]
-        if new:
-            await consumer.seek_to_beginning(*new)
-        for tp in partitions:
-            if tp.partition in position.offsets:
-                consumer.seek(tp, position.offsets[tp.partition])
-        self._handed = dict.fromkeys(position.taken)
 
     def position(self) -> StreamPosition:
         """Where this reader is: save it with the state built from what it handed out.

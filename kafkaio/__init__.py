@@ -16,7 +16,7 @@ defaults to :class:`AioClients` for their ``KafkaSettings``.
     aio.py         AioClients: those protocols over aiokafka (errors translated)
     fake.py        FakeBroker: the same protocols in memory, for unit tests
     lifecycle.py   Lifecycle (start/stop + async with), running(*parts)
-    topics.py      wait_for_topics, topic_partitions, assign_from, ensure_topic
+    topics.py      wait_for_topics, topic_partitions, assign_from, assign_at, ensure_topic
     produce.py     send_with_retries (bounded retries of retriable produce errors)
     deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
     table.py       CompactedTopicReader: a compacted topic as an in-memory table
@@ -50,7 +50,13 @@ from kafkaio.protocols import (
 )
 from kafkaio.records import Delivery, Record, TopicPartition
 from kafkaio.table import CompactedTopicReader, RecordHandler
-from kafkaio.topics import assign_from, ensure_topic, topic_partitions, wait_for_topics
+from kafkaio.topics import (
+    assign_at,
+    assign_from,
+    ensure_topic,
+    topic_partitions,
+    wait_for_topics,
+)
 
 __all__ = [
     "Admin",
@@ -81,6 +87,7 @@ __all__ = [
     "TopicNotFound",
     "TopicPartition",
     "TopicSpec",
+    "assign_at",
     "assign_from",
     "ensure_topic",
     "partition_lags",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kafkaio.errors import TopicNotFound
 from kafkaio.lifecycle import running
@@ -12,7 +12,7 @@ from kafkaio.options import TopicInfo, TopicSpec
 from kafkaio.protocols import Admin, Clients, Consumer
 from kafkaio.records import TopicPartition
 
-__all__ = ["assign_from", "ensure_topic", "topic_partitions", "wait_for_topics"]
+__all__ = ["assign_at", "assign_from", "ensure_topic", "topic_partitions", "wait_for_topics"]
 
 
 async def wait_for_topics(
@@ -64,6 +64,23 @@ async def assign_from(
         await consumer.seek_to_beginning(*partitions)
     else:
         await consumer.seek_to_end(*partitions)
+
+
+async def assign_at(
+    consumer: Consumer, partitions: Sequence[TopicPartition], offsets: Mapping[int, int]
+) -> None:
+    """Read exactly ``partitions``, each from ``offsets[partition]`` (a saved position).
+
+    A partition ``offsets`` does not name (added since the position was saved) is read
+    from its first offset.
+    """
+    consumer.assign(partitions)
+    unknown = [tp for tp in partitions if tp.partition not in offsets]
+    if unknown:
+        await consumer.seek_to_beginning(*unknown)
+    for tp in partitions:
+        if tp.partition in offsets:
+            consumer.seek(tp, offsets[tp.partition])
 
 
 async def ensure_topic(admin: Admin, spec: TopicSpec, *, timeout_s: float) -> TopicInfo:
