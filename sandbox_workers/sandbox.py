@@ -12,6 +12,10 @@ time, so the same program gets the same verdict on an idle host and on a
 saturated one; a program that sleeps or blocks uses no CPU, and the backstop
 ends it. Time the program spends runnable but waiting for a CPU does not count
 against the backstop either (up to a cap).
+
+A sandbox may also serve a *session* (:class:`SessionSandbox`): one program run
+once per request, for a suite of stdin/stdout tests, each run as fresh as a new
+execution would be but without building the isolation again.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from sandbox_workers.errors import SandboxWorkerError
 
@@ -28,8 +32,10 @@ __all__ = [
     "BindMount",
     "ExecRequest",
     "ExecResult",
+    "ProgramSession",
     "Sandbox",
     "SandboxFault",
+    "SessionSandbox",
     "WallBackstop",
 ]
 
@@ -188,4 +194,30 @@ class Sandbox(Protocol):
 
     async def aclose(self) -> None:
         """Release what the sandbox keeps between executions (warm pools, cgroups)."""
+        ...
+
+
+class ProgramSession(Protocol):
+    """One program run once per :meth:`run`, each run as fresh as a new execution's.
+
+    Every request passed to :meth:`run` must be the session's own (see
+    :meth:`SessionSandbox.session`) but for its ``stdin`` and time limits.
+    """
+
+    async def run(self, request: ExecRequest) -> ExecResult:
+        """Run the program with ``request.stdin`` under ``request``'s time limits."""
+        ...
+
+    async def aclose(self) -> None:
+        """End the session (runs must have finished)."""
+        ...
+
+
+@runtime_checkable
+class SessionSandbox(Protocol):
+    """A sandbox that can serve sessions."""
+
+    def session(self, request: ExecRequest) -> ProgramSession | None:
+        """A session for ``request``'s program, or None where a session would not serve it
+        better than one execution per request (then call ``execute``)."""
         ...

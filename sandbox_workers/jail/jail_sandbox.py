@@ -25,6 +25,13 @@ limits, output, accounting, results) is the same code as above. When the pool
 is disabled, exhausted, or a zygote fails before the program started, the
 request runs cold.
 
+A session (:meth:`JailSandbox.session`) serves a suite of stdin/stdout tests of
+one program from one jail (``rbjail --session``): the namespaces, the root, the
+files and the slot are set up once, and each test is a fork + exec in it, as
+fresh as a new jail's program (see ``run_session`` in ``rbjail.c``). Its results
+are read as a cold execution's are. Interpreters with a warm pool get no
+session: a zygote's fork per test is cheaper than an interpreter's exec.
+
 This module is the sequence; its parts live beside it: the slots
 (:mod:`.slots`), the launcher's options (:mod:`.options`), the warm pool wired
 to the jail (:mod:`.zygotes`) and the result (:mod:`.results`).
@@ -42,14 +49,14 @@ from pathlib import Path
 from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot
 from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus
 from sandbox_workers.jail.detect import probe_host
-from sandbox_workers.jail.options import LauncherOptions
-from sandbox_workers.jail.process import Launch, monotonic_ms
+from sandbox_workers.jail.options import LauncherOptions, cpu_ms, wall_cap_ms, wall_ms
+from sandbox_workers.jail.process import Launch, SessionRun, monotonic_ms
 from sandbox_workers.jail.results import exec_result
 from sandbox_workers.jail.slots import Slot, SlotPool
 from sandbox_workers.jail.workdir import collect_files, validate_name, write_files
 from sandbox_workers.jail.zygotes import execution_spec, warm_pool
 from sandbox_workers.pool import PooledCommand, PoolStats, WarmPool
-from sandbox_workers.sandbox import ExecRequest, ExecResult, SandboxFault
+from sandbox_workers.sandbox import ExecRequest, ExecResult, ProgramSession, SandboxFault
 
 __all__ = ["JailSandbox"]
 
@@ -62,6 +69,8 @@ _POOL_OWN_TASKS = 5
 # Memory the execution's pid 1 (a forked interpreter) and page tables take on
 # top of the zygote's own pages, which stay charged to the slot.
 _ZYGOTE_OVERHEAD_BYTES = 4 << 20
+# What a session's init may write on its own stdout/stderr (its faults only).
+_SESSION_OWN_OUTPUT = 64 << 10
 
 
 class JailSandbox:
@@ -101,6 +110,8 @@ class JailSandbox:
             self._work_root = config.work_root or Path(tempfile.gettempdir()) / "rewardbus-work"
             self._work_root.mkdir(parents=True, exist_ok=True)
         self._closed = False
+        # Sessions need init to be pid 1 of a pid namespace over a root of its own.
+        self._sessions = self._on("namespaces") and self._on("mounts")
         held: set[Slot] = set()
         self._pool = warm_pool(config, self._options, self._slots, host.binaries, held)
         # A sandbox nobody closed still stops its zygotes and removes its cgroups
@@ -135,6 +146,15 @@ class JailSandbox:
             if result is not None:
                 return result
         return await self._execute_cold(request)
+
+    def session(self, request: ExecRequest) -> ProgramSession | None:
+        """A session running ``request``'s program once per run, or None (module docstring)."""
+        if self._closed or not self._sessions or request.collect:
+            return None
+        if self._pool is not None and self._pool.command(request) is not None:
+            return None
+        _validate(request)
+        return _Session(self, request)
 
     async def warm(self, request: ExecRequest, count: int | None = None) -> int:
         """Start zygotes for requests like ``request`` now (default: the pre-warm count).
@@ -273,6 +293,88 @@ class JailSandbox:
 
     def _on(self, layer: str) -> bool:
         return self._options.on(layer)
+
+
+class _Session:
+    """A :class:`JailSandbox` session: one jail serving every run.
+
+    The jail starts with the first run and is replaced after a run that ended
+    it (stopped for its output, or past its deadline). Where the host cannot
+    serve sessions (the jail's init reports ``error session: ...`` before a
+    program ran) the sandbox stops offering them and the run is executed cold.
+    """
+
+    def __init__(self, sandbox: JailSandbox, request: ExecRequest) -> None:
+        self._sandbox = sandbox
+        self._request = request
+        self._launch: Launch | None = None
+        self._slot: Slot | None = None
+
+    async def run(self, request: ExecRequest) -> ExecResult:
+        """Run the program once with ``request.stdin`` and ``request``'s time limits."""
+        if request.argv != self._request.argv or request.files.keys() != self._request.files.keys():
+            raise ValueError("a session runs its own program only: argv or files differ")
+        sandbox = self._sandbox
+        if not sandbox._sessions:
+            return await sandbox.execute(request)
+        launch, slot = await self._serving()
+        run = SessionRun(request.stdin, request.output_bytes, lambda: launch.stop("output"))
+        started = monotonic_ms()
+        try:
+            if slot.cgroup is not None:
+                slot.cgroup.start_measuring()
+            await launch.run(run, cpu_ms(request), wall_ms(request), wall_cap_ms(request))
+            if run.report is None and (launch.error or "").startswith("session:"):
+                _log.warning("jail sessions unavailable here (%s): one jail per run", launch.error)
+                sandbox._sessions = False
+                await self.aclose()
+                return await sandbox.execute(request)
+            if run.report is None and run.stop_reason is None:
+                raise launch.fault()
+            stats = slot.cgroup.stats() if slot.cgroup is not None else None
+            return exec_result(run, run.report, stats, monotonic_ms() - started, {})
+        finally:
+            run.close()
+            if not launch.serving:
+                await self.aclose()
+
+    async def _serving(self) -> tuple[Launch, Slot]:
+        if self._launch is not None and self._slot is not None and self._launch.serving:
+            return self._launch, self._slot
+        await self.aclose()
+        sandbox, request = self._sandbox, self._request
+        slot = sandbox._slots.acquire(sandbox._limits(request))
+        launch = Launch(b"", _SESSION_OWN_OUTPUT)
+        try:
+            options = sandbox._options.for_request(request, None, slot.cgroup)
+            await launch.start(slot.spawner, ["--session", *options])
+            workfd = await launch.ready(sandbox._config.setup_timeout_s)
+            try:
+                owner = (sandbox._config.uid, sandbox._config.gid) if sandbox._on("uid") else None
+                write_files(workfd, request.files, request.executables, owner)
+            finally:
+                os.close(workfd)
+            launch.go()
+        except BaseException:
+            launch.close()
+            sandbox._slots.release(slot, finished=False)
+            raise
+        self._launch, self._slot = launch, slot
+        return launch, slot
+
+    async def aclose(self) -> None:
+        """End the session's jail (if one is up) and give its slot back."""
+        launch, slot = self._launch, self._slot
+        self._launch = self._slot = None
+        if launch is None or slot is None:
+            return
+        try:
+            if launch.serving:
+                launch.end()
+            await launch.finish(self._sandbox._config.kill_grace_s)
+        finally:
+            launch.close()
+            self._sandbox._slots.release(slot, finished=launch.exited)
 
 
 def _close_all(pool: WarmPool[CgroupSlot] | None, held: set[Slot], slots: SlotPool) -> None:

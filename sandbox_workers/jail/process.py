@@ -12,6 +12,10 @@ already multiplexes: the supervisor's pidfd (exit), the stdout/stderr pipes
 (read with a cap), the stdin pipe (written as the program reads) and a
 SOCK_SEQPACKET status socket over which the jail's init reports "ready" (with an
 fd of /work), "result ..." or "error ...".
+
+A session's launch (``rbjail --session``) runs its program once per
+:meth:`Launch.run`, each :class:`SessionRun` with stdio pipes of its own, passed
+to the jail's init with the request.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from sandbox_workers.pool.slot import SupervisorSpawner
 from sandbox_workers.sandbox import SandboxFault
 
-__all__ = ["JailReport", "Launch", "Spawner", "monotonic_ms"]
+__all__ = ["JailReport", "Launch", "SessionRun", "Spawner", "monotonic_ms"]
 
 _CHUNK = 1 << 16
 _RESET_SIGNALS = (
@@ -47,6 +51,8 @@ _RESET_SIGNALS = (
 # After a stop request the supervisor has this long to take its jail down before
 # it is SIGKILLed (its init then dies through PR_SET_PDEATHSIG).
 _STOP_GRACE_S = 2.0
+# A session's run is given this long past its backstop's cap before the jail is stopped.
+_SESSION_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -294,6 +300,75 @@ class _Feeder:
             self._fd = -1
 
 
+def _stdio_pipes(
+    loop: asyncio.AbstractEventLoop, stdin: bytes, output_cap: int, on_overflow: Callable[[], None]
+) -> tuple[list[int], _Capture, _Capture, _Feeder | None]:
+    """The child's ends [stdin, stdout, stderr], and ours: two captures and a feeder."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    if stdin:
+        in_r, in_w = os.pipe()
+    else:
+        in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+    stdout = _Capture(loop, out_r, output_cap, on_overflow)
+    stderr = _Capture(loop, err_r, output_cap, on_overflow)
+    feeder = _Feeder(loop, in_w, stdin) if in_w >= 0 else None
+    return [in_r, out_w, err_w], stdout, stderr, feeder
+
+
+class SessionRun:
+    """One run of a session's program: its stdio, its report, why it was stopped."""
+
+    def __init__(self, stdin: bytes, output_cap: int, on_overflow: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self.report: JailReport | None = None
+        self.stop_reason: str | None = None
+        # Set on the run's "result", an "error", or the jail's end.
+        self.settled: asyncio.Future[None] = loop.create_future()
+
+        def overflow() -> None:
+            self.stop_reason = self.stop_reason or "output"
+            on_overflow()
+
+        self.child_fds, self._stdout, self._stderr, self._stdin = _stdio_pipes(
+            loop, stdin, output_cap, overflow
+        )
+
+    def settle(self, report: JailReport | None = None) -> None:
+        if report is not None:
+            self.report = report
+        if not self.settled.done():
+            self.settled.set_result(None)
+
+    @property
+    def waits(self) -> list[asyncio.Future[None]]:
+        return [self.settled, self._stdout.done, self._stderr.done]
+
+    @property
+    def stdout(self) -> bytes:
+        return self._stdout.data
+
+    @property
+    def stderr(self) -> bytes:
+        return self._stderr.data
+
+    @property
+    def output_exceeded(self) -> bool:
+        return self._stdout.exceeded or self._stderr.exceeded
+
+    def close_child_fds(self) -> None:
+        for fd in self.child_fds:
+            os.close(fd)
+        self.child_fds = []
+
+    def close(self) -> None:
+        self.close_child_fds()
+        for stream in (self._stdout, self._stderr):
+            stream.close()
+        if self._stdin is not None:
+            self._stdin.close()
+
+
 # ---------------------------------------------------------------------- one execution
 
 
@@ -310,18 +385,13 @@ class Launch:
         self._pidfd = -1
         self._ready = asyncio.Event()
         self._exited: asyncio.Future[None] = self._loop.create_future()
+        self._run: SessionRun | None = None
         self._status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._status.setblocking(False)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        if stdin:
-            in_r, in_w = os.pipe()
-        else:
-            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
-        self._child_fds = [in_r, out_w, err_w, theirs.detach()]
-        self._stdout = _Capture(self._loop, out_r, output_cap, lambda: self.stop("output"))
-        self._stderr = _Capture(self._loop, err_r, output_cap, lambda: self.stop("output"))
-        self._stdin = _Feeder(self._loop, in_w, stdin) if in_w >= 0 else None
+        stdio, self._stdout, self._stderr, self._stdin = _stdio_pipes(
+            self._loop, stdin, output_cap, lambda: self.stop("output")
+        )
+        self._child_fds = [*stdio, theirs.detach()]
         self._loop.add_reader(self._status.fileno(), self._drain_status)
 
     async def start(self, spawner: SupervisorSpawner, options: Sequence[str]) -> None:
@@ -341,6 +411,8 @@ class Launch:
         self._loop.remove_reader(self._pidfd)
         self.exited = True
         self._drain_status()
+        if self._run is not None:
+            self._run.settle()
         if not self._exited.done():
             self._exited.set_result(None)
         self._ready.set()
@@ -367,10 +439,15 @@ class Launch:
             self._workfd = fds.pop(0)
             self._ready.set()
         elif text.startswith("result "):
-            self.report = _parse_report(text)
+            if self._run is not None:
+                self._run.settle(_parse_report(text))
+            else:
+                self.report = _parse_report(text)
         elif text.startswith("error "):
             self.error = text[len("error ") :]
             self._ready.set()
+            if self._run is not None:
+                self._run.settle()
         for fd in fds:
             os.close(fd)
 
@@ -393,6 +470,44 @@ class Launch:
         """Let the program start (the jail's init waits for this)."""
         with contextlib.suppress(OSError):
             self._status.send(b"go")
+
+    @property
+    def serving(self) -> bool:
+        """A session's jail that can take another run: up, and neither failed nor stopped."""
+        return not self.exited and self.error is None and self.stop_reason is None
+
+    async def run(self, run: SessionRun, cpu_ms: int, wall_ms: int, wall_cap_ms: int) -> None:
+        """Run a session's program once more with ``run``'s stdio, until it ends.
+
+        The jail enforces the limits; past the backstop's cap plus a grace the
+        whole jail is stopped (as :meth:`finish` does). ``run.report`` stays None
+        when the run ended with the jail (a fault, or a stop).
+        """
+        if not self.serving:
+            run.close_child_fds()
+            raise SandboxFault(self._failure("the session's jail is not serving"))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", run.child_fds))]
+        self._run = run
+        try:
+            try:
+                self._status.sendmsg([f"run {cpu_ms} {wall_ms} {wall_cap_ms}".encode()], rights)
+            except OSError as exc:
+                raise SandboxFault(f"the session's jail is gone: {exc}") from exc
+            finally:
+                run.close_child_fds()  # our copies: the pipes reach EOF when the program ends
+            deadline_s = wall_cap_ms / 1000 + _SESSION_GRACE_S
+            done, _ = await asyncio.wait(run.waits, timeout=deadline_s)
+            if len(done) < len(run.waits):
+                run.stop_reason = run.stop_reason or "timeout"
+                self.stop("timeout")
+                await asyncio.wait(run.waits, timeout=2 * _STOP_GRACE_S)
+        finally:
+            self._run = None
+
+    def end(self) -> None:
+        """Tell a session's jail that no run follows: its init exits."""
+        with contextlib.suppress(OSError):
+            self._status.send(b"end")
 
     def _signal(self, signum: int) -> None:
         if self._pidfd >= 0 and not self.exited:

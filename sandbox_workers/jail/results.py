@@ -12,20 +12,20 @@ import signal
 from typing import Literal
 
 from sandbox_workers.jail.cgroups import CgroupStats
-from sandbox_workers.jail.process import JailReport, Launch
+from sandbox_workers.jail.process import JailReport, Launch, SessionRun
 from sandbox_workers.sandbox import ExecResult
 
 __all__ = ["exec_result"]
 
 
 def exec_result(
-    launch: Launch,
+    launch: Launch | SessionRun,
     report: JailReport | None,
     stats: CgroupStats | None,
     elapsed_ms: float,
     files: dict[str, bytes],
 ) -> ExecResult:
-    """The execution's result from its launch, its init's report and its slot's cgroup."""
+    """The result from the launch (or session run), its init's report and its slot's cgroup."""
     exit_code: int | None = None
     signum: int | None = int(signal.SIGKILL)
     wall_ms, cpu_ms, rss_kb = elapsed_ms, 0.0, 0

@@ -3,7 +3,8 @@
 Three shapes:
 
 - :meth:`SuiteRunner.stdin_tests` — one execution per test, input on stdin,
-  output compared as text or rows, or judged by a checker program;
+  output compared as text or rows, or judged by a checker program; where the
+  sandbox serves sessions, the suite's executions are runs of one session;
 - :meth:`SuiteRunner.harness_tests` — every test of a function-call or assert
   suite in one execution of the language's harness, one record per test;
 - :meth:`SuiteRunner.program_tests` — assert suites in languages without a
@@ -19,10 +20,11 @@ budget, so a verdict does not depend on how busy the host is.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +60,7 @@ from sandbox_workers.sandbox import (
     ExecRequest,
     ExecResult,
     Sandbox,
+    SessionSandbox,
     WallBackstop,
 )
 from schemas import Limits, TestOutcome, Verdict
@@ -96,6 +99,8 @@ class Judged:
 
 # (test index, test input, expected output, program stdout) -> judgement
 OutputJudge = Callable[[int, str, str, bytes], Awaitable[Judged]]
+# Runs one execution: the sandbox's execute, or a session's run.
+Execute = Callable[[ExecRequest], Awaitable[ExecResult]]
 # A whole-program test: ready, or built on demand (compiled only if reached).
 ProgramTest = Program | CompileFailure | Callable[[], Awaitable[Program | CompileFailure]]
 
@@ -212,23 +217,44 @@ class SuiteRunner:
     ) -> SuiteRun:
         """One execution per (input, expected) case."""
         run = SuiteRun()
-        for index, (test_input, expected) in enumerate(cases):
-            if self._budget.exhausted:
-                run.outcomes.extend(_not_run(range(index, len(cases)), _NOT_RUN))
-                break
-            outcome = await self._stdin_test(
-                program, index, (test_input, expected), judge=judge, run=run
-            )
-            run.outcomes.append(outcome)
-            if self._stop and outcome.verdict is not Verdict.ACCEPTED:
-                break
+        async with self._executions(program, cases) as execute:
+            for index, (test_input, expected) in enumerate(cases):
+                if self._budget.exhausted:
+                    run.outcomes.extend(_not_run(range(index, len(cases)), _NOT_RUN))
+                    break
+                outcome = await self._stdin_test(
+                    program, index, (test_input, expected), execute, judge=judge, run=run
+                )
+                run.outcomes.append(outcome)
+                if self._stop and outcome.verdict is not Verdict.ACCEPTED:
+                    break
         return run
+
+    @contextlib.asynccontextmanager
+    async def _executions(
+        self, program: Program, cases: Sequence[tuple[str, str]]
+    ) -> AsyncIterator[Execute]:
+        """How the suite's tests are executed: runs of one session where the sandbox serves
+        them (every test's request is the same but for stdin), else one execution each."""
+        session = None
+        if len(cases) > 1 and isinstance(self._sandbox, SessionSandbox):
+            stdin, files = program.language.test_io(program.source, cases[0][0])
+            if not files:
+                session = self._sandbox.session(self._test_request(program, stdin))
+        if session is None:
+            yield self._sandbox.execute
+            return
+        try:
+            yield session.run
+        finally:
+            await session.aclose()
 
     async def _stdin_test(
         self,
         program: Program,
         index: int,
         case: tuple[str, str],
+        execute: Execute,
         *,
         judge: OutputJudge,
         run: SuiteRun,
@@ -238,7 +264,7 @@ class SuiteRunner:
         request = self._test_request(program, stdin, files)
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
-            result = await self._sandbox.execute(request)
+            result = await execute(request)
             self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
             failed = failure_verdict(result)
             if failed is not None:

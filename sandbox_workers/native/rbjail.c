@@ -3,6 +3,7 @@
  *   rbjail [options] -- PROGRAM [ARG...]      one jail, then exit
  *   rbjail --spawner [--cgroup-procs F]...    resident: fork one jail per request
  *   rbjail --probe [--root DIR]               try each layer, print what works
+ *   rbjail --session [options] -- PROGRAM     one jail, the program run once per request
  *
  * Three processes per jail, no helpers and no shell:
  *   supervisor  stays in the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it
@@ -28,7 +29,8 @@
  * --no-seccomp (it builds namespaces and mounts for its children, which confine
  * themselves with the same layer code from librbjail.so before running anything).
  * Exit status: the program's, 128+signal if it was killed, 125 on a jail fault.
- * The spawner's protocol is described above run_spawner().
+ * The spawner's protocol is described above run_spawner(), a session's above
+ * run_session().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -67,6 +70,7 @@ struct opts {
     int keep_root; /* the program stays root; the jail (passwd, /work) is still --uid's */
     int probe;
     int spawner;
+    int session;
     int cgroupns;
     int reset_oom;
     uid_t uid;
@@ -146,6 +150,7 @@ static int parse_flag(struct opts *o, const char *a) {
         {"--keep-root", offsetof(struct opts, keep_root), 1},
         {"--probe", offsetof(struct opts, probe), 1},
         {"--spawner", offsetof(struct opts, spawner), 1},
+        {"--session", offsetof(struct opts, session), 1},
         {"--cgroupns", offsetof(struct opts, cgroupns), 1},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
@@ -206,6 +211,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
     if (o->mounts && !o->ns) usage_error("--mounts needs --ns", NULL);
     if (o->mounts && o->root_dir == NULL) usage_error("--mounts needs --root", NULL);
     if (!o->mounts && o->workdir == NULL) usage_error("--no-mounts needs --workdir", NULL);
+    if (o->session && !(o->ns && o->mounts)) usage_error("--session needs --ns and --mounts", NULL);
 }
 
 /* ------------------------------------------------------------------ program */
@@ -276,6 +282,8 @@ static int prepare_jail(const struct opts *o) {
     return 0;
 }
 
+static int run_session(const struct opts *o);
+
 static int run_init(const struct opts *o) {
     if (o->ns) prctl(PR_SET_PDEATHSIG, SIGKILL);
     umask(022);
@@ -296,6 +304,7 @@ static int run_init(const struct opts *o) {
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
+    if (o->session) return run_session(o);
     long long start = rbjail_now_us();
     pid_t prog = fork();
     if (prog < 0) {
@@ -313,8 +322,158 @@ static int run_init(const struct opts *o) {
         .cpu_fd = o->cpu_fd,
     };
     rbjail_supervise(prog, start, &limits, &out);
-    rbjail_report(o->status_fd, &out);
+    rbjail_report(o->status_fd, &out, NULL);
     return 0;
+}
+
+/* ------------------------------------------------------------------ session
+ *
+ * rbjail --session: one jail, the program run once per request, for a suite of
+ * stdin/stdout tests of one program: the namespaces, the root and the seccomp
+ * filter are built once, and each run is a fork + exec.
+ *
+ * After "go", each request on the status socket is "run CPU_MS WALL_MS WALL_CAP_MS"
+ * with SCM_RIGHTS [stdin, stdout, stderr]; init answers "result ..." of that run
+ * alone (see rbjail_report's `since`). EOF or "end" ends the jail.
+ *
+ * Each run starts as a new jail's program would: /work holds exactly the files
+ * the caller wrote before the first run (an overlay over them whose upper layer
+ * is a new tmpfs, so what a run writes or changes there is gone for the next);
+ * /tmp and /dev/shm are new tmpfs; the program has an IPC namespace of its own;
+ * every process of the previous run is dead (init is pid 1 of the jail's pid
+ * namespace: rbjail_supervise ends with kill(-1)). What is shared is what no
+ * program can change: the read-only root, the network namespace (loopback only,
+ * no capabilities to configure it), the hostname. */
+
+static int session_fail(const struct opts *o, const char *what, const char *path) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "error session: %s %s: %s", what, path, strerror(errno));
+    rbjail_send_msg(o->status_fd, msg, -1);
+    return -1;
+}
+
+static int session_tmpfs(const struct opts *o, const char *path, const char *mode, int owned) {
+    char opts[192];
+    int n = snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=%s",
+                     strcmp(path, "/work") == 0 ? o->work_mb : o->tmp_mb, o->inodes, mode);
+    if (owned && o->drop_uid)
+        snprintf(opts + n, sizeof opts - (size_t)n, ",uid=%u,gid=%u", (unsigned)o->uid, (unsigned)o->gid);
+    if (mount("rbjail", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        return session_fail(o, "mount tmpfs", path);
+    return 0;
+}
+
+/* A run's /work: an overlay over the caller's files (held open as lower_fd),
+ * its upper layer on a new tmpfs stacked at /work under it. */
+static int session_work(const struct opts *o, int lower_fd) {
+    if (session_tmpfs(o, "/work", "0755", 0) < 0) return -1;
+    int scratch = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (scratch < 0) return session_fail(o, "open", "/work");
+    uid_t uid = o->drop_uid ? o->uid : 0;
+    gid_t gid = o->drop_uid ? o->gid : 0;
+    int rc = 0;
+    if (mkdirat(scratch, "upper", 0755) < 0 || mkdirat(scratch, "work", 0700) < 0 ||
+        fchownat(scratch, "upper", uid, gid, 0) < 0)
+        rc = session_fail(o, "prepare", "/work");
+    char opts[192];
+    snprintf(opts, sizeof opts,
+             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d/upper,workdir=/proc/self/fd/%d/work",
+             lower_fd, scratch, scratch);
+    if (rc == 0 && mount("overlay", "/work", "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+        rc = session_fail(o, "mount overlay", "/work");
+        umount2("/work", MNT_DETACH); /* the scratch tmpfs, never the caller's files */
+    }
+    close(scratch);
+    return rc;
+}
+
+/* After a run (every process of it dead): its /work layers, /tmp and /dev/shm go
+ * (a lazy unmount: nothing holds them, so their pages are freed now). */
+static int session_reset(const struct opts *o) {
+    if (umount2("/work", MNT_DETACH) < 0 || umount2("/work", MNT_DETACH) < 0)
+        return session_fail(o, "umount", "/work");
+    static const char *const scratch[] = {"/tmp", "/dev/shm"};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) {
+        if (umount2(scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", scratch[i]);
+        if (session_tmpfs(o, scratch[i], "1777", 0) < 0) return -1;
+    }
+    return 0;
+}
+
+/* One run's program: the request's stdio, a fresh IPC namespace, the overlay's /work. */
+static void session_program(const struct opts *o, const int fds[3]) {
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0) _exit(JAIL_FAULT);
+    for (int i = 0; i < 3; i++)
+        if (fds[i] > 2) close(fds[i]);
+    if (unshare(CLONE_NEWIPC) < 0 || chdir("/work") < 0) {
+        dprintf(2, "rbjail: session run: %s\n", strerror(errno));
+        _exit(JAIL_FAULT);
+    }
+    run_program(o);
+}
+
+static void close_three(const int fds[3]) {
+    for (int i = 0; i < 3; i++) close(fds[i]);
+}
+
+/* One run in the /work that session_work made ready; the request's fds are
+ * closed on every path (in init: the pipes' ends must be the program's alone,
+ * or the caller would never see EOF). */
+static int session_run(const struct opts *o, int lower_fd, const char *request, const int fds[3]) {
+    long long cpu_ms, wall_ms, wall_cap_ms;
+    if (sscanf(request, "run %lld %lld %lld", &cpu_ms, &wall_ms, &wall_cap_ms) != 3 || cpu_ms <= 0 ||
+        wall_ms <= 0) {
+        close_three(fds);
+        rbjail_send_msg(o->status_fd, "error session: malformed run request", -1);
+        return 0; /* the caller's mistake: the jail is still good */
+    }
+    struct rusage before;
+    getrusage(RUSAGE_CHILDREN, &before);
+    long long start = rbjail_now_us();
+    pid_t prog = fork();
+    if (prog == 0) session_program(o, fds);
+    close_three(fds);
+    if (prog < 0) return session_fail(o, "fork", "program");
+    struct rbjail_outcome out = {0};
+    struct rbjail_time_limits limits = {
+        .cpu_ms = cpu_ms,
+        .wall_ms = wall_ms,
+        .wall_cap_ms = wall_cap_ms > wall_ms ? wall_cap_ms : wall_ms,
+        .cpu_fd = o->cpu_fd,
+    };
+    rbjail_supervise(prog, start, &limits, &out);
+    rbjail_report(o->status_fd, &out, &before);
+    /* The next run's file systems are made now, while the caller reads this result. */
+    if (session_reset(o) < 0) return -1;
+    return session_work(o, lower_fd);
+}
+
+static int run_session(const struct opts *o) {
+    /* The caller's files, as they were when the first run was asked for. */
+    int lower_fd = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lower_fd < 0 || chdir("/") < 0) {
+        session_fail(o, "open", "/work");
+        return JAIL_FAULT;
+    }
+    if (session_work(o, lower_fd) < 0) return JAIL_FAULT;
+    for (;;) {
+        static char request[128];
+        int fds[3], n_fds;
+        ssize_t n = rbjail_recv_with_fds(o->status_fd, request, sizeof request - 1, fds, 3, &n_fds);
+        if (n <= 0) return 0; /* the caller is done (or gone) */
+        request[n] = '\0';
+        if (strcmp(request, "end") == 0) {
+            for (int i = 0; i < n_fds; i++) close(fds[i]);
+            return 0;
+        }
+        if (n_fds != 3) {
+            for (int i = 0; i < n_fds; i++) close(fds[i]);
+            rbjail_send_msg(o->status_fd, "error session: a run needs its 3 fds", -1);
+        } else if (session_run(o, lower_fd, request, fds) < 0) {
+            return JAIL_FAULT;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ supervisor */

@@ -895,6 +895,7 @@ void rbjail_supervise(pid_t prog, long long start_us, const struct rbjail_time_l
     while (!done) {
         int st;
         pid_t p;
+        struct rusage ru;
         siginfo_t exited = {0};
         if (waitid(P_PID, (id_t)prog, &exited, WEXITED | WNOHANG | WNOWAIT) == 0 &&
             exited.si_pid == prog) {
@@ -904,9 +905,10 @@ void rbjail_supervise(pid_t prog, long long start_us, const struct rbjail_time_l
             if (wall - meter_used_us(&meter) > RBJAIL_WAITED_WORTH_US)
                 out->waited_us = waited_us(own_proc, prog);
         }
-        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        while ((p = wait4(-1, &st, WNOHANG, &ru)) > 0) {
             if (p == prog) {
                 out->status = st;
+                out->maxrss_kb = ru.ru_maxrss;
                 out->wall_us = rbjail_now_us() - start_us;
                 done = 1;
             }
@@ -950,16 +952,23 @@ static const char *timeout_name(int timed_out) {
     return "none";
 }
 
-void rbjail_report(int fd, const struct rbjail_outcome *out) {
+void rbjail_report(int fd, const struct rbjail_outcome *out, const struct rusage *since) {
     struct rusage ru;
     getrusage(RUSAGE_CHILDREN, &ru);
+    long long utime = timeval_us(ru.ru_utime), stime = timeval_us(ru.ru_stime);
+    long maxrss = ru.ru_maxrss;
+    if (since != NULL) {
+        utime -= timeval_us(since->ru_utime);
+        stime -= timeval_us(since->ru_stime);
+        maxrss = out->maxrss_kb;
+    }
     int st = out->status;
     char msg[384];
     snprintf(msg, sizeof msg,
              "result exit=%d signal=%d wall_us=%lld utime_us=%lld stime_us=%lld maxrss_kb=%ld "
              "timed_out=%d limit=%s cpu_us=%lld cpu_source=%s waited_us=%lld",
              WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
-             out->wall_us, timeval_us(ru.ru_utime), timeval_us(ru.ru_stime), ru.ru_maxrss,
+             out->wall_us, utime, stime, maxrss,
              out->timed_out != RBJAIL_IN_TIME, timeout_name(out->timed_out), out->cpu_us,
              out->cpu_source != NULL ? out->cpu_source : "process", out->waited_us);
     rbjail_send_msg(fd, msg, -1);
@@ -1299,7 +1308,7 @@ static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS
         .cpu_ms = req.cpu_ms, .wall_ms = req.wall_ms, .wall_cap_ms = req.wall_cap_ms,
         .cpu_fd = fds[SPAWN_FDS - 1]};
     rbjail_supervise(prog, start, &limits, &out);
-    rbjail_report(status, &out);
+    rbjail_report(status, &out, NULL);
     _exit(0);
 }
 

@@ -9,6 +9,7 @@
 #define RBJAIL_LAYERS_H
 
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 enum rbjail_mount_kind {
@@ -111,6 +112,7 @@ struct rbjail_outcome {
     long long cpu_us;       /* the CPU time the limit was enforced on */
     const char *cpu_source; /* how it was measured: "cgroup", "procfs" or "process" */
     long long waited_us;    /* time the program's live tasks waited for a CPU, as it exited */
+    long maxrss_kb;         /* the program's own peak RSS (its process, as reaped) */
 };
 
 void rbjail_send_msg(int fd, const char *msg, int pass_fd);
@@ -127,8 +129,11 @@ long long rbjail_now_us(void);
 void rbjail_supervise(pid_t prog, long long start_us, const struct rbjail_time_limits *limits,
                       struct rbjail_outcome *out);
 /* "result exit=E signal=S wall_us=W utime_us=U stime_us=Y maxrss_kb=M timed_out=T
- *  limit=L cpu_us=C cpu_source=S waited_us=D" (T: 0 or 1; L: none, cpu or wall) */
-void rbjail_report(int fd, const struct rbjail_outcome *out);
+ *  limit=L cpu_us=C cpu_source=S waited_us=D" (T: 0 or 1; L: none, cpu or wall).
+ * U, Y and M are of every child reaped so far; with `since` (a session's run:
+ * RUSAGE_CHILDREN as it was before the run), U and Y are what the run added and
+ * M is the program's own. */
+void rbjail_report(int fd, const struct rbjail_outcome *out, const struct rusage *since);
 /* The default wall-clock backstop for a CPU limit: max(3 x cpu, cpu + 2 s)
  * (its default cap: 4 x that). */
 long long rbjail_default_wall_ms(long long cpu_ms);

@@ -1,5 +1,7 @@
 """Executions must not see each other: 200 alternating plant/look runs, zero leaks.
 
+The runs of one session (a suite's stdin tests, one jail) must not either.
+
 A planter leaves everything it can behind (files in /work, /tmp, /dev/shm and
 $HOME, a POSIX semaphore, SysV IPC objects, a background process holding an
 abstract unix socket and a listening TCP port, environment changes); the next
@@ -117,6 +119,35 @@ async def test_concurrent_planters_and_lookers_do_not_meet(jail: JailSandbox) ->
         assert result.ok, result
         if i % 2:
             assert json.loads(result.stdout) == []
+
+
+def session_request(tag: str, code: str = "") -> ExecRequest:
+    """A session's program: the Python code it is given on stdin (sh, so no warm zygote)."""
+    argv = ("/bin/sh", "-c", f'exec {PYTHON} -I -S -c "$(cat)" {tag}')
+    return ExecRequest(argv=argv, stdin=code.encode(), extra_mounts=MOUNTS)
+
+
+async def test_a_session_s_runs_leave_nothing_to_each_other(jail: JailSandbox) -> None:
+    tag = f"rbpollute-{uuid.uuid4().hex}"
+    session = jail.session(session_request(tag))
+    assert session is not None
+    leaks = []
+    try:
+        both = await session.run(session_request(tag, PLANT + "\n" + LOOK))
+        assert both.ok, both
+        kinds = {item.split(" ", 1)[0] for item in json.loads(both.stdout.split(b"\n", 1)[1])}
+        assert {"/work/planted", "/tmp/planted", "/dev/shm/planted", "shm", "processes"} <= kinds
+        for i in range(50):
+            planted = await session.run(session_request(tag, PLANT))
+            assert planted.ok and planted.stdout == b"planted\n", planted
+            looked = await session.run(session_request(tag, LOOK))
+            assert looked.ok, looked
+            if json.loads(looked.stdout):
+                leaks.append((i, json.loads(looked.stdout)))
+    finally:
+        await session.aclose()
+    assert leaks == []
+    assert not any(tag.encode() in _cmdline(pid) for pid in _pids()), "a planter survived"
 
 
 def _pids() -> list[int]:
