@@ -46,6 +46,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -338,8 +339,10 @@ static int run_init(const struct opts *o) {
  *
  * Each run starts as a new jail's program would: /work holds exactly the files
  * the caller wrote before the first run (an overlay over them whose upper layer
- * is a new tmpfs, so what a run writes or changes there is gone for the next);
- * /tmp and /dev/shm are new tmpfs; the program has an IPC namespace of its own;
+ * is a tmpfs, so what a run writes or changes there is gone for the next);
+ * /tmp and /dev/shm are empty tmpfs; a file system that a run changed is
+ * replaced by a new one before the next (session_reset: one left untouched is
+ * kept, which is most runs' case); the program has an IPC namespace of its own;
  * every process of the previous run is dead (init is pid 1 of the jail's pid
  * namespace: rbjail_supervise ends with kill(-1)). What is shared is what no
  * program can change: the read-only root, the network namespace (loopback only,
@@ -352,21 +355,74 @@ static int session_fail(const struct opts *o, const char *what, const char *path
     return -1;
 }
 
-static int session_tmpfs(const struct opts *o, const char *path, const char *mode, int owned) {
+/* A writable directory as a run found it, to tell whether the run changed it. */
+struct dir_state {
+    struct stat st;
+    ssize_t xattrs; /* flistxattr's size */
+};
+
+static int dir_state(int fd, struct dir_state *d) {
+    if (fstat(fd, &d->st) < 0) return -1;
+    d->xattrs = flistxattr(fd, NULL, 0);
+    return 0;
+}
+
+static int same_time(struct timespec a, struct timespec b) {
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* 1 when the directory at dirfd/path is still empty and as it was: no entry,
+ * and the same mode, owner, times and extended attributes. Anything a run can
+ * do to a file system it can write (create, change or remove a file, a
+ * directory or a link, chmod or touch the directory itself) fails this. */
+static int untouched(int dirfd, const char *path, const struct dir_state *was) {
+    int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct dir_state now;
+    int same = dir_state(fd, &now) == 0 && now.st.st_mode == was->st.st_mode &&
+               now.st.st_uid == was->st.st_uid && now.st.st_gid == was->st.st_gid &&
+               same_time(now.st.st_mtim, was->st.st_mtim) &&
+               same_time(now.st.st_atim, was->st.st_atim) && now.xattrs == was->xattrs;
+    char buf[4096] __attribute__((aligned(8)));
+    long n;
+    while (same && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+        for (long at = 0; at < n && same;) {
+            const char *name = buf + at + 19; /* d_ino 8, d_off 8, d_reclen 2, d_type 1 */
+            unsigned short reclen;
+            memcpy(&reclen, buf + at + 16, sizeof reclen);
+            at += reclen;
+            same = strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+        }
+    }
+    close(fd);
+    return same;
+}
+
+/* A session's file systems: the caller's files, the current run's /work
+ * overlay (upper_fd: its upper layer, -1 when none is mounted), /tmp and /dev/shm. */
+struct session {
+    int lower_fd;
+    int upper_fd;
+    struct dir_state upper, scratch[2];
+};
+
+static const char *const session_scratch[2] = {"/tmp", "/dev/shm"};
+
+/* Mounted noatime: reading a directory must not look like a change to it. */
+#define SESSION_MOUNT_FLAGS (MS_NOSUID | MS_NODEV | MS_NOATIME)
+
+static int session_tmpfs(const struct opts *o, const char *path, unsigned long mb, const char *mode) {
     char opts[192];
-    int n = snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=%s",
-                     strcmp(path, "/work") == 0 ? o->work_mb : o->tmp_mb, o->inodes, mode);
-    if (owned && o->drop_uid)
-        snprintf(opts + n, sizeof opts - (size_t)n, ",uid=%u,gid=%u", (unsigned)o->uid, (unsigned)o->gid);
-    if (mount("rbjail", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+    snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=%s", mb, o->inodes, mode);
+    if (mount("rbjail", path, "tmpfs", SESSION_MOUNT_FLAGS, opts) < 0)
         return session_fail(o, "mount tmpfs", path);
     return 0;
 }
 
-/* A run's /work: an overlay over the caller's files (held open as lower_fd),
- * its upper layer on a new tmpfs stacked at /work under it. */
-static int session_work(const struct opts *o, int lower_fd) {
-    if (session_tmpfs(o, "/work", "0755", 0) < 0) return -1;
+/* A run's /work: an overlay over the caller's files, its upper layer on a new
+ * tmpfs stacked at /work under it. */
+static int session_work(const struct opts *o, struct session *s) {
+    if (session_tmpfs(o, "/work", o->work_mb, "0755") < 0) return -1;
     int scratch = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (scratch < 0) return session_fail(o, "open", "/work");
     uid_t uid = o->drop_uid ? o->uid : 0;
@@ -378,24 +434,52 @@ static int session_work(const struct opts *o, int lower_fd) {
     char opts[192];
     snprintf(opts, sizeof opts,
              "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d/upper,workdir=/proc/self/fd/%d/work",
-             lower_fd, scratch, scratch);
-    if (rc == 0 && mount("overlay", "/work", "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+             s->lower_fd, scratch, scratch);
+    if (rc == 0 && mount("overlay", "/work", "overlay", SESSION_MOUNT_FLAGS, opts) < 0) {
         rc = session_fail(o, "mount overlay", "/work");
         umount2("/work", MNT_DETACH); /* the scratch tmpfs, never the caller's files */
+    }
+    if (rc == 0) {
+        s->upper_fd = openat(scratch, "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (s->upper_fd < 0 || dir_state(s->upper_fd, &s->upper) < 0)
+            rc = session_fail(o, "open", "/work's upper layer");
     }
     close(scratch);
     return rc;
 }
 
-/* After a run (every process of it dead): its /work layers, /tmp and /dev/shm go
- * (a lazy unmount: nothing holds them, so their pages are freed now). */
-static int session_reset(const struct opts *o) {
-    if (umount2("/work", MNT_DETACH) < 0 || umount2("/work", MNT_DETACH) < 0)
-        return session_fail(o, "umount", "/work");
-    static const char *const scratch[] = {"/tmp", "/dev/shm"};
-    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) {
-        if (umount2(scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", scratch[i]);
-        if (session_tmpfs(o, scratch[i], "1777", 0) < 0) return -1;
+static int session_scratch_fs(const struct opts *o, struct session *s, size_t i) {
+    if (session_tmpfs(o, session_scratch[i], o->tmp_mb, "1777") < 0) return -1;
+    int fd = open(session_scratch[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd < 0 || dir_state(fd, &s->scratch[i]) < 0 ? session_fail(o, "open", session_scratch[i]) : 0;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* Before the first run: /tmp and /dev/shm are replaced too, so that their state is known. */
+static int session_start(const struct opts *o, struct session *s) {
+    for (size_t i = 0; i < 2; i++) {
+        if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
+        if (session_scratch_fs(o, s, i) < 0) return -1;
+    }
+    return session_work(o, s);
+}
+
+/* After a run (every process of it dead): each file system it changed is
+ * replaced (a lazy unmount: nothing holds it any more, so its pages are freed
+ * now); one it left as it was is kept, as an unmount costs ~0.1 ms. */
+static int session_reset(const struct opts *o, struct session *s) {
+    if (!untouched(s->upper_fd, ".", &s->upper)) {
+        close(s->upper_fd);
+        s->upper_fd = -1;
+        if (umount2("/work", MNT_DETACH) < 0 || umount2("/work", MNT_DETACH) < 0)
+            return session_fail(o, "umount", "/work");
+        if (session_work(o, s) < 0) return -1;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        if (untouched(AT_FDCWD, session_scratch[i], &s->scratch[i])) continue;
+        if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
+        if (session_scratch_fs(o, s, i) < 0) return -1;
     }
     return 0;
 }
@@ -417,10 +501,10 @@ static void close_three(const int fds[3]) {
     for (int i = 0; i < 3; i++) close(fds[i]);
 }
 
-/* One run in the /work that session_work made ready; the request's fds are
+/* One run in the file systems session_reset left ready; the request's fds are
  * closed on every path (in init: the pipes' ends must be the program's alone,
  * or the caller would never see EOF). */
-static int session_run(const struct opts *o, int lower_fd, const char *request, const int fds[3]) {
+static int session_run(const struct opts *o, struct session *s, const char *request, const int fds[3]) {
     long long cpu_ms, wall_ms, wall_cap_ms;
     if (sscanf(request, "run %lld %lld %lld", &cpu_ms, &wall_ms, &wall_cap_ms) != 3 || cpu_ms <= 0 ||
         wall_ms <= 0) {
@@ -445,18 +529,17 @@ static int session_run(const struct opts *o, int lower_fd, const char *request, 
     rbjail_supervise(prog, start, &limits, &out);
     rbjail_report(o->status_fd, &out, &before);
     /* The next run's file systems are made now, while the caller reads this result. */
-    if (session_reset(o) < 0) return -1;
-    return session_work(o, lower_fd);
+    return session_reset(o, s);
 }
 
 static int run_session(const struct opts *o) {
     /* The caller's files, as they were when the first run was asked for. */
-    int lower_fd = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lower_fd < 0 || chdir("/") < 0) {
+    struct session s = {.lower_fd = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC), .upper_fd = -1};
+    if (s.lower_fd < 0 || chdir("/") < 0) {
         session_fail(o, "open", "/work");
         return JAIL_FAULT;
     }
-    if (session_work(o, lower_fd) < 0) return JAIL_FAULT;
+    if (session_start(o, &s) < 0) return JAIL_FAULT;
     for (;;) {
         static char request[128];
         int fds[3], n_fds;
@@ -470,7 +553,7 @@ static int run_session(const struct opts *o) {
         if (n_fds != 3) {
             for (int i = 0; i < n_fds; i++) close(fds[i]);
             rbjail_send_msg(o->status_fd, "error session: a run needs its 3 fds", -1);
-        } else if (session_run(o, lower_fd, request, fds) < 0) {
+        } else if (session_run(o, &s, request, fds) < 0) {
             return JAIL_FAULT;
         }
     }

@@ -31,6 +31,9 @@ case "$what" in
   hog) exec /usr/bin/tail /dev/zero ;;
   change) echo changed > given.txt; echo new > mine.txt; echo ok ;;
   look) cat given.txt; ls ;;
+  meddle) touch /tmp/x /dev/shm/x x; rm /tmp/x /dev/shm/x x; mkdir d; rmdir d
+          touch -d 2001-01-01 /tmp /dev/shm /work; chmod 700 /work; echo ok ;;
+  stat) stat -c '%n %a %u %g %Y %X' /work /tmp /dev/shm; ls -A /work /tmp /dev/shm ;;
 esac
 """
 
@@ -77,6 +80,15 @@ async def test_a_run_sees_the_files_as_given_never_as_an_earlier_run_left_them(
     before, changed, after = await runs(jail, "look", "change", "look")
     assert before.stdout == after.stdout == b"as given\ngiven.txt\nprog.sh\n"
     assert changed.stdout == b"ok\n"
+
+
+async def test_a_run_that_changed_then_restored_its_directories_leaves_no_trace(
+    jail: JailSandbox,
+) -> None:
+    """Files created and removed again, times and modes set: the next run sees none of it."""
+    before, meddled, after = await runs(jail, "stat", "meddle", "stat")
+    assert meddled.stdout == b"ok\n", meddled
+    assert before.ok and after.stdout == before.stdout, (before.stdout, after.stdout)
 
 
 async def test_every_limit_holds_per_run_and_the_next_run_is_judged_alone(
