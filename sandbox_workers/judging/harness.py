@@ -1,9 +1,11 @@
 """Worker side of the in-sandbox harnesses: the files to send and the records back.
 
 For function-call and assert suites all tests of a completion run in one
-execution (:mod:`.pyharness`, :mod:`.jsharness`). The expected outputs never
-enter the sandbox: a call's return value comes back as JSON and is compared
-here, so a program cannot read the answers it is judged against.
+execution (:mod:`.pyharness`, :mod:`.jsharness`); so do a Python program's
+stdin/stdout tests (:func:`stdin_harness_languages`), each test's output coming
+back in its record. The expected outputs never enter the sandbox: a call's
+return value, or a test's output, comes back and is compared here, so a
+program cannot read the answers it is judged against.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "harness_languages",
     "new_markers",
     "parse_records",
+    "stdin_harness_languages",
     "strip_markers",
 ]
 
@@ -47,6 +50,11 @@ _SCRIPTS: dict[str, tuple[str, str]] = {
 def harness_languages() -> frozenset[str]:
     """Languages with a function-call / assert harness."""
     return frozenset(_SCRIPTS)
+
+
+def stdin_harness_languages() -> frozenset[str]:
+    """Languages whose harness also runs stdin/stdout tests (a fork per test, not an exec)."""
+    return frozenset({"python"})
 
 
 @dataclass(frozen=True)
@@ -99,10 +107,12 @@ class HarnessPlan:
     """Everything one harness execution needs, before markers are drawn."""
 
     language: str
-    mode: Literal["call", "assert"]
+    mode: Literal["call", "assert", "stdin"]
     tests: list[Any]
     time_s: float
     memory_mb: int
+    # stdin: each stream of a test is capped at this many bytes.
+    output_bytes: int | None = None
     fn_name: str | None = None
     setup: str = ""
     entry_point: str | None = None
@@ -145,6 +155,8 @@ class HarnessPlan:
             "budget_s": budget_s,
             "stop_on_failure": stop_on_failure,
         }
+        if self.output_bytes is not None:
+            spec["output_bytes"] = self.output_bytes
         files = {script: _harness_source(self.language), program: utf8(source)}
         if self.compiled is not None:
             del spec["tests"], spec["setup"]

@@ -1,11 +1,22 @@
-"""In-sandbox harness for Python function-call and assert suites.
+"""In-sandbox harness for Python function-call, assert and stdin/stdout suites.
 
 This file is copied into the jail and run there by the sandbox's Python (stdlib
 only); the worker imports it only to compile assert suites (:func:`compile_suite`).
 It runs every test of one completion in one execution, each test in a forked
 child so that tests cannot see each other's module state, and so that
 ``sys.exit``, ``os._exit``, a crash, a hang or a runaway allocation ends only
-that test.
+that test. After each test every process the test left (one that escaped its
+process group too) is killed, and the files it left in /work, /tmp and
+/dev/shm are removed, so the next test starts as a new execution would.
+
+A stdin test (``mode: "stdin"``) runs the program as ``__main__`` the way a
+fresh ``python solution.py`` would (its own ``sys.stdin``, ``sys.stdout`` and
+``sys.stderr`` on the test's input and two pipes, ``SystemExit`` and uncaught
+exceptions turned into an exit status and a traceback, non-daemon threads
+joined and ``atexit`` functions run at the end) and its record is what a jail
+reports of an execution: exit status or signal, the limit that ended it, CPU
+and wall time, peak memory, and the output (base64). The output is judged by the
+worker, which never sends the expected outputs into the sandbox.
 
 Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
 
@@ -22,6 +33,7 @@ Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
   suite the worker compiled (once per suite, not per execution): ``compiled`` (the
   file holding the marshalled ``compile_suite`` result), ``guard_names`` (the names
   it was compiled with) and ``count`` instead of ``tests`` and ``setup``.
+  Stdin: ``tests`` are the inputs, and ``output_bytes`` caps each stream of a test.
 - stdin: one random marker per test (32 hex digits and a newline).
 - stdout: after test *i* has finished and its processes are gone, one line
   ``<marker i> <json record>``.
@@ -70,6 +82,7 @@ import ast
 import builtins
 import contextlib
 import functools
+import io
 import json
 import marshal
 import math
@@ -80,6 +93,7 @@ import select
 import signal
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
@@ -95,7 +109,13 @@ _WAITED_WORTH_S = 0.01
 # After a test's child exits, at most this many chunks are still read from its
 # pipe (a descendant may hold it open and keep writing).
 _DRAIN_CHUNKS = 256
+# Of a stdin test's stderr, the record carries the end.
+_STDERR_TAIL = 8192
+# Where a test may leave files (besides what the worker put in /work).
+_SCRATCH_DIRS = ("/tmp", "/dev/shm")  # noqa: S108 - the jail's own, emptied after each test
 Record = dict[str, Any]
+# A test, run with its limits: CPU seconds, the wall backstop and its cap.
+Test = Callable[[float, float, float], Record]
 
 
 def main() -> int:
@@ -103,20 +123,23 @@ def main() -> int:
     _set_dumpable(0)
     with open("spec.json", encoding="utf-8") as handle:
         spec: dict[str, Any] = json.load(handle)
-    jobs = _jobs(spec)
+    tests = _tests(spec)
     budget_s = float(spec["budget_s"])
     factor = float(spec.get("wall_factor", 2.0))
     extra_s = float(spec.get("wall_extra_s", 1.0))
     stretch = float(spec.get("wall_stretch", 10.0))
-    for job in jobs:
-        if isinstance(job, dict):
-            record = job
+    given = _Given.now()
+    for test in tests:
+        if isinstance(test, dict):
+            record = test
         elif budget_s <= 0.001:
             record = {"verdict": "time_limit", "message": "not run: total time limit reached"}
         else:
             cpu_s = min(float(spec["time_s"]), budget_s)
             wall_s = max(factor * cpu_s, cpu_s + extra_s)
-            record = _run_isolated(job, cpu_s, wall_s, stretch * wall_s, int(spec["memory_mb"]))
+            record = test(cpu_s, wall_s, stretch * wall_s)
+            if given is not None:
+                given.restore()
             # Its CPU time, or its wall time less its wait for a CPU (as the worker charges).
             waited_ms = record.pop("waited_ms", 0.0)
             budget_s -= max(record.get("cpu_ms", 0.0), record["wall_ms"] - waited_ms) / 1000
@@ -124,35 +147,52 @@ def main() -> int:
         if marker is None:
             return 2
         os.write(1, b"\n" + marker + b" " + json.dumps(record).encode() + b"\n")
-        if spec["stop_on_failure"] and record["verdict"] not in ("accepted", "returned"):
+        if spec["stop_on_failure"] and _failed(record):
             break
     return 0
 
 
-def _jobs(spec: dict[str, Any]) -> list[Callable[[], Record] | Record]:
-    """One callable per test, or a ready record when the test cannot run at all."""
+def _failed(record: Record) -> bool:
+    if record["verdict"] == "exited":  # a stdin test: failed if it did not end cleanly
+        return record["exit"] != 0 or record["limit"] is not None or record["oom"]
+    return record["verdict"] not in ("accepted", "returned")
+
+
+def _tests(spec: dict[str, Any]) -> list[Test | Record]:
+    """One test per case, or a ready record when the test cannot run at all."""
     with open(spec["source"], encoding="utf-8") as handle:
         source = handle.read()
     # Compiled assert tests travel without their source, so as a count.
     count = spec["count"] if "compiled" in spec else len(spec["tests"])
+    memory_mb = int(spec["memory_mb"])
     try:
         program = compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError) as exc:
         failed = {"verdict": "compile_error", "message": _describe(exc)}
         return [failed for _ in range(count)]
+    if spec["mode"] == "stdin":
+        # Imported here, not at the top: only stdin tests use them, and a
+        # function-call or assert execution must not pay for them.
+        import binascii  # noqa: F401
+        import traceback  # noqa: F401
+
+        cap = int(spec["output_bytes"])
+        return [_bind_stdin(program, text, memory_mb, cap) for text in spec["tests"]]
     if spec["mode"] == "call":
         name: str = spec["fn_name"]
-        return [_bind_call(program, name, args) for args in spec["tests"]]
-    try:
-        setup, cases = _assert_tests(spec)
-    except (SyntaxError, ValueError) as exc:
-        broken = {
-            "verdict": "sandbox_error",
-            "message": "test code does not compile: " + _describe(exc),
-        }
-        return [broken for _ in range(count)]
-    entry: str | None = spec.get("entry_point")
-    return [_bind_assert(program, setup, case, entry) for case in cases]
+        jobs = [_bind_call(program, name, args) for args in spec["tests"]]
+    else:
+        try:
+            setup, cases = _assert_tests(spec)
+        except (SyntaxError, ValueError) as exc:
+            broken = {
+                "verdict": "sandbox_error",
+                "message": "test code does not compile: " + _describe(exc),
+            }
+            return [broken for _ in range(count)]
+        entry: str | None = spec.get("entry_point")
+        jobs = [_bind_assert(program, setup, case, entry) for case in cases]
+    return [_bind_isolated(job, memory_mb) for job in jobs]
 
 
 def _assert_tests(spec: dict[str, Any]) -> tuple[CodeType, list[CodeType | None]]:
@@ -168,6 +208,14 @@ def _assert_tests(spec: dict[str, Any]) -> tuple[CodeType, list[CodeType | None]
     with open(compiled, "rb") as handle:
         setup, cases = marshal.loads(handle.read())  # noqa: S302 - the worker's own output
     return setup, cases
+
+
+def _bind_isolated(job: Callable[[], Record], memory_mb: int) -> Test:
+    return lambda cpu_s, wall_s, cap_s: _run_isolated(job, cpu_s, wall_s, cap_s, memory_mb)
+
+
+def _bind_stdin(program: CodeType, text: str, memory_mb: int, cap: int) -> Test:
+    return lambda cpu_s, wall_s, cap_s: _run_stdin(program, text, (cpu_s, wall_s, cap_s), cap)
 
 
 def _bind_call(program: CodeType, name: str, args: Any) -> Callable[[], Record]:
@@ -193,10 +241,129 @@ def _run_isolated(
         os.close(read_fd)
         _child(job, write_fd, memory_mb)
     os.close(write_fd)
+    report = [_Stream(read_fd)]
+    ended = _end(pid, report, cpu_s, (started, started + wall_s, started + cap_s))
+    record = _record(report[0].data, ended.status, ended.limit, ended.cpu_ms, ended.wall_ms)
+    record["wall_ms"] = round(ended.wall_ms, 3)
+    record["waited_ms"] = round(ended.waited_s * 1000, 3)
+    if ended.usage is not None:
+        record["cpu_ms"] = round(ended.cpu_ms, 3)
+        record["peak_memory_kb"] = ended.usage.ru_maxrss
+    return record
+
+
+def _run_stdin(
+    program: CodeType, text: str, limits: tuple[float, float, float], cap: int
+) -> Record:
+    """One stdin test: the program as __main__ on ``text``; its record as a jail's report."""
+    cpu_s, wall_s, cap_s = limits
+    stdin = os.memfd_create("stdin", os.MFD_CLOEXEC)
+    _write_all(stdin, text.encode("utf-8"))
+    os.lseek(stdin, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        _stdin_child(program, (stdin, out_w, err_w))
+    for fd in (stdin, out_w, err_w):
+        os.close(fd)
+    streams = [_Stream(out_r, cap), _Stream(err_r, cap)]
+    ended = _end(pid, streams, cpu_s, (started, started + wall_s, started + cap_s))
+    status = ended.status
+    signum = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
+    code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    usage = ended.usage
+    return {
+        "verdict": "exited",
+        "exit": code,
+        "signal": signum,
+        "limit": ended.limit,
+        # Killed, and not by us: the only SIGKILL a test gets from outside is the
+        # OOM killer's (its child raised its own OOM score to be the one it picks).
+        "oom": signum == signal.SIGKILL and ended.limit is None,
+        "stdout": _b64(streams[0].data),
+        "stderr": _b64(streams[1].data[-_STDERR_TAIL:]),
+        "wall_ms": round(ended.wall_ms, 3),
+        "waited_ms": round(ended.waited_s * 1000, 3),
+        "cpu_ms": round(ended.cpu_ms, 3),
+        "peak_memory_kb": usage.ru_maxrss if usage is not None else 0,
+    }
+
+
+def _b64(data: bytes) -> str:
+    import binascii  # stdin mode only; imported before the fork (see _tests)
+
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+class _Stream:
+    """A test's pipe, read as it writes; past ``cap`` bytes the test is stopped."""
+
+    __slots__ = ("cap", "chunks", "fd", "size")
+
+    def __init__(self, fd: int, cap: int | None = None) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+    @property
+    def over(self) -> bool:
+        return self.cap is not None and self.size > self.cap
+
+    def read(self) -> bool:
+        """Read one chunk (kept up to the cap); False at end of file."""
+        chunk = os.read(self.fd, 65536)
+        if self.cap is not None and self.size + len(chunk) > self.cap:
+            self.chunks.append(chunk[: max(self.cap - self.size, 0)])
+        elif chunk:
+            self.chunks.append(chunk)
+        self.size += len(chunk)
+        return bool(chunk)
+
+
+class _Ended:
+    """How a test's child ended: its wait status and usage, the limit that ended it.
+
+    ``measured_ms``: the test's CPU time as last measured while it ran (its
+    processes that were killed, not reaped, are in this and not in ``usage``).
+    """
+
+    __slots__ = ("limit", "measured_ms", "status", "usage", "waited_s", "wall_ms")
+
+    def __init__(
+        self,
+        status: int | None,
+        usage: resource.struct_rusage | None,
+        limit: str | None,
+        times: tuple[float, float, float],
+    ) -> None:
+        self.status, self.usage, self.limit = status, usage, limit
+        self.wall_ms, self.waited_s, self.measured_ms = times
+
+    @property
+    def cpu_ms(self) -> float:
+        usage = self.usage
+        reaped = (usage.ru_utime + usage.ru_stime) * 1000 if usage is not None else 0.0
+        return max(reaped, self.measured_ms)
+
+
+def _end(
+    pid: int, streams: list[_Stream], cpu_s: float, times: tuple[float, float, float]
+) -> _Ended:
+    """Wait for a test's child within its limits, then kill every process it left and reap it."""
+    started, backstop, cap = times
     # Both sides set the group, so a kill right after fork cannot miss it.
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)
-    data, limit = _wait(pid, read_fd, cpu_s, (started + wall_s, started + cap_s))
+    limit, measured_s = _wait(pid, streams, cpu_s, (backstop, cap))
     # Before it is killed or reaped, while its schedstat is there; only when it
     # was off the CPU long enough for its wait to matter.
     waited_s = 0.0
@@ -205,64 +372,73 @@ def _run_isolated(
     _kill(pid)
     status, usage = _reap(pid)
     wall_ms = (time.monotonic() - started) * 1000
-    os.close(read_fd)
-    cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 if usage is not None else 0.0
-    record = _record(data, status, limit, cpu_ms, wall_ms)
-    record["wall_ms"] = round(wall_ms, 3)
-    record["waited_ms"] = round(waited_s * 1000, 3)
-    if usage is not None:
-        record["cpu_ms"] = round(cpu_ms, 3)
-        record["peak_memory_kb"] = usage.ru_maxrss
-    return record
+    for stream in streams:
+        os.close(stream.fd)
+    return _Ended(status, usage, limit, (wall_ms, waited_s, measured_s * 1000))
 
 
 def _wait(
-    pid: int, read_fd: int, cpu_s: float, walls: tuple[float, float]
-) -> tuple[bytes, str | None]:
-    """The child's output, once it has exited or hit a limit ("cpu" or "wall", else None).
+    pid: int, streams: list[_Stream], cpu_s: float, walls: tuple[float, float]
+) -> tuple[str | None, float]:
+    """Read the child's pipes until it has exited or hit a limit ("cpu", "wall", "output").
+
+    Returns the limit and the test's CPU seconds as last measured.
 
     ``walls``: the backstop and its cap, on the monotonic clock. Time the
     child's threads spent waiting for a CPU moves the backstop back (up to the cap).
     """
     backstop, cap = walls
     deadline = backstop
-    chunks: list[bytes] = []
+    by_fd = {stream.fd: stream for stream in streams}
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
-    poller.register(read_fd, select.POLLIN)
+    for stream in streams:
+        poller.register(stream.fd, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
     clock = _cpu_clock(pid)
     cpus = max(len(os.sched_getaffinity(0)), 1)
-    limit: str | None = None
+    used = 0.0
+    # Right after the fork it has used nothing; and in less than the floor it
+    # cannot have used more than the floor on each CPU (as the jail's init).
+    measured_at = time.monotonic()
     try:
         exited = False
         while not exited:
-            cpu_left = cpu_s - _cpu_time(clock)
             now = time.monotonic()
+            if now - measured_at >= _CHECK_FLOOR_S:
+                used, measured_at = max(used, _test_cpu_s(pid, clock)), now
+            cpu_left = cpu_s - used
             if now >= deadline and deadline < cap:
                 deadline = max(deadline, min(backstop + _waited_s(pid), cap))
             wall_left = deadline - now
             if cpu_left <= 0 or wall_left <= 0:
-                limit = "cpu" if cpu_left <= 0 else "wall"
-                break
+                return ("cpu" if cpu_left <= 0 else "wall"), used
             floor = _STARVED_CHECK_S if now >= backstop else _CHECK_FLOOR_S
             timeout = min(wall_left, max(cpu_left / cpus, floor))
             for fd, _ in poller.poll(math.ceil(timeout * 1000)):
                 if fd == pidfd:
                     exited = True
-                elif not _read_into(read_fd, chunks):
-                    poller.unregister(read_fd)
-        if exited:
-            # What it wrote before exiting is in the pipe; a descendant that
-            # still holds the pipe open does not keep the test running.
-            os.set_blocking(read_fd, False)
-            with contextlib.suppress(BlockingIOError):
-                for _ in range(_DRAIN_CHUNKS):
-                    if not _read_into(read_fd, chunks):
-                        break
+                elif not by_fd[fd].read():
+                    poller.unregister(fd)
+                elif by_fd[fd].over:
+                    return "output", used
+        return ("output" if any(_drain(stream) for stream in streams) else None), used
     finally:
         os.close(pidfd)
-    return b"".join(chunks), limit
+
+
+def _drain(stream: _Stream) -> bool:
+    """Read what an exited test left in a pipe; True if that is past the cap.
+
+    At most a bounded number of chunks: a descendant that still holds the pipe
+    open does not keep the test running.
+    """
+    os.set_blocking(stream.fd, False)
+    with contextlib.suppress(BlockingIOError):
+        for _ in range(_DRAIN_CHUNKS):
+            if not stream.read() or stream.over:
+                break
+    return stream.over
 
 
 def _waited_s(pid: int) -> float:
@@ -281,12 +457,43 @@ def _waited_s(pid: int) -> float:
     return total_ns / 1e9
 
 
-def _read_into(fd: int, chunks: list[bytes]) -> bool:
-    """Read one chunk; False at end of file."""
-    chunk = os.read(fd, 65536)
-    if chunk:
-        chunks.append(chunk)
-    return bool(chunk)
+def _test_cpu_s(pid: int, clock: int) -> float:
+    """The CPU time of a running test: its child's (all threads, and the children it
+    reaped) and, in a pid namespace of the jail's own, every other process there but
+    us and the jail's init (a test's processes are all there is). Otherwise, the
+    child's own: a child process's time counts once the test reaps it."""
+    used = _cpu_time(clock) + _proc_ticks(str(pid), reaped_only=True) / _TICKS
+    if not _own_proc():
+        return used
+    skip = {"1", str(os.getpid()), str(pid)}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name not in skip:
+            used += _proc_ticks(name) / _TICKS
+    return used
+
+
+def _proc_ticks(pid: str, *, reaped_only: bool = False) -> int:
+    """utime + stime + cutime + cstime of /proc/<pid>/stat (only the last two: ``reaped_only``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return 0  # gone: reaped, and counted by whoever reaped it
+    fields = data[data.rindex(b")") + 2 :].split()
+    return sum(int(field) for field in fields[13 if reaped_only else 11 : 15])
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def _own_proc() -> bool:
+    """Whether we are in the jail's pid namespace with a /proc of its own (listing it
+    lists the jail's processes only)."""
+    try:
+        return os.getppid() == 1 and os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
 
 
 def _cpu_clock(pid: int) -> int:
@@ -313,6 +520,116 @@ def _kill(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
+    # Everyone in the jail's pid namespace but us and its init: a process the
+    # test started in a session of its own too. Only when our parent is pid 1,
+    # the jail's init (outside a pid namespace of the jail's own, -1 would be
+    # every process of our uid on the host).
+    if os.getppid() == 1:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+
+
+class _Given:
+    """The files the worker put in /work, restored after every test; whatever else a
+    test left in /work, /tmp or /dev/shm is removed (the next test must not see it,
+    and its memory must not stay charged to the jail).
+
+    Only where each of them is a tmpfs the jail mounted for this execution
+    (``/proc/self/mountinfo``): a jail without its mounts layer runs in host
+    directories, and the host's /tmp is never touched.
+    """
+
+    __slots__ = ("files", "mode", "others", "scratch")
+
+    def __init__(
+        self,
+        files: dict[str, tuple[bytes, os.stat_result]],
+        others: frozenset[str],
+        mode: int,
+        scratch: tuple[str, ...],
+    ) -> None:
+        self.files, self.others, self.mode, self.scratch = files, others, mode, scratch
+
+    @classmethod
+    def now(cls) -> _Given | None:
+        """What /work holds now; None when the jail has no private /work to restore."""
+        private = _jail_mounts()
+        if "/work" not in private or os.getcwd() != "/work":
+            return None
+        files: dict[str, tuple[bytes, os.stat_result]] = {}
+        others = set()
+        for entry in os.scandir("."):
+            if entry.is_file(follow_symlinks=False):
+                with open(entry.name, "rb") as handle:
+                    files[entry.name] = (handle.read(), entry.stat(follow_symlinks=False))
+            else:
+                others.add(entry.name)  # left as they are
+        scratch = tuple(path for path in _SCRATCH_DIRS if path in private)
+        return cls(files, frozenset(others), os.stat(".").st_mode, scratch)
+
+    def restore(self) -> None:
+        if os.stat(".").st_mode != self.mode:
+            os.chmod(".", self.mode)
+        seen = set()
+        for entry in os.scandir("."):
+            given = self.files.get(entry.name)
+            if given is None:
+                if entry.name not in self.others:
+                    _remove(entry.name)
+                continue
+            seen.add(entry.name)
+            if _same_file(entry.stat(follow_symlinks=False), given[1]):
+                continue
+            _remove(entry.name)
+            self._rewrite(entry.name)
+        for name in self.files.keys() - seen:
+            self._rewrite(name)
+        for scratch in self.scratch:
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(scratch):
+                    _remove(entry.path)
+
+    def _rewrite(self, name: str) -> None:
+        content, was = self.files[name]
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, was.st_mode & 0o7777
+        )
+        try:
+            _write_all(fd, content)
+            self.files[name] = (content, os.fstat(fd))
+        finally:
+            os.close(fd)
+
+
+def _jail_mounts() -> frozenset[str]:
+    """Mount points of the tmpfs file systems the jail made (their source is "rbjail")."""
+    found = set()
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            if "-" not in fields:
+                continue
+            tail = fields[fields.index("-") + 1 :]
+            if len(tail) >= 2 and tail[0] == "tmpfs" and tail[1] == "rbjail":
+                found.add(fields[4])
+    return frozenset(found)
+
+
+def _same_file(now: os.stat_result, was: os.stat_result) -> bool:
+    keys = ("st_ino", "st_mode", "st_size", "st_mtime_ns", "st_ctime_ns")
+    return all(getattr(now, key) == getattr(was, key) for key in keys)
+
+
+def _remove(path: str) -> None:
+    """Remove a file or a whole tree (made writable first: a test may chmod its dirs)."""
+    with contextlib.suppress(OSError):
+        if not os.path.isdir(path) or os.path.islink(path):
+            os.unlink(path)
+            return
+        os.chmod(path, 0o700)
+        for entry in os.scandir(path):
+            _remove(entry.path)
+        os.rmdir(path)
 
 
 def _record(
@@ -397,6 +714,89 @@ def _child(job: Callable[[], Record], write_fd: int, memory_mb: int) -> None:
         with contextlib.suppress(BaseException):
             stream.flush()
     os._exit(0)
+
+
+def _stdin_child(program: CodeType, fds: tuple[int, int, int]) -> None:
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        _set_dumpable(1)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.closerange(3, 1 << 16)
+        # The OOM killer must take this test, never the harness: the only memory
+        # limit is the jail's, as a test in a jail of its own has.
+        with contextlib.suppress(OSError):
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, b"1000")
+            os.close(fd)
+        status = _run_main(program)
+    except BaseException:  # noqa: BLE001, S110 - nothing may escape into the harness's code
+        pass
+    os._exit(status)
+
+
+def _run_main(program: CodeType) -> int:
+    """Run the program as ``python solution.py`` runs it; its exit status."""
+    # The standard streams a fresh interpreter has on these fds (PYTHONIOENCODING=utf-8).
+    streams = {
+        "stdin": io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), "utf-8"),
+        "stdout": io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), "utf-8"),
+        "stderr": io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+            "utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        ),
+    }
+    for name, stream in streams.items():
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__="solution.py", __builtins__=builtins)
+    sys.modules["__main__"] = main
+    sys.argv[:] = ["solution.py"]
+    try:
+        exec(program, main.__dict__)  # noqa: S102 - running the program is the point (inside the jail)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - as the interpreter does: a traceback, status 1
+        import traceback  # already imported by the harness (see _tests)
+
+        traceback.print_exception(
+            type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
+        )
+        status = 1
+    return _shutdown(status)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _shutdown(status: int) -> int:
+    """What the interpreter does at exit: join non-daemon threads, run atexit, flush."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
+    with contextlib.suppress(BaseException):
+        import atexit
+
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - as the interpreter: "Exception ignored", 120
+            status = 120
+    return status
 
 
 def _limit_memory(memory_mb: int) -> None:

@@ -20,6 +20,7 @@ budget, so a verdict does not depend on how busy the host is.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import math
 import re
@@ -49,6 +50,7 @@ from sandbox_workers.judging.harness import (
     markers_stdin,
     new_markers,
     parse_records,
+    stdin_harness_languages,
     strip_markers,
 )
 from sandbox_workers.judging.program import CompileFailure, Program
@@ -81,6 +83,12 @@ _tracer = trace.get_tracer(__name__)
 _HARNESS_STARTUP_S = 2.0
 _HARNESS_MEMORY_MB = 64
 _RECORD_BYTES = 512
+# A harness's stdin tests: chunks of 8, 32, then 128 tests per execution.
+_FIRST_CHUNK = 8
+_CHUNK_GROWTH = 4
+_MAX_CHUNK = 128
+# Must match _STDERR_TAIL in pyharness.
+_STDERR_TAIL_BYTES = 8192
 _NOT_RUN = "not run: total time limit reached"
 _CHECKER_TIME_S = 10.0
 _CHECKER_MEMORY_MB = 512
@@ -99,6 +107,33 @@ class Judged:
 
 # (test index, test input, expected output, program stdout) -> judgement
 OutputJudge = Callable[[int, str, str, bytes], Awaitable[Judged]]
+
+
+@dataclass(frozen=True)
+class _HarnessRun:
+    """One harness execution: its result, each test's record, the program's own output."""
+
+    result: ExecResult
+    records: list[dict[str, Any] | None]
+    output: bytes
+    span: trace.Span
+    times_ns: tuple[int, int]
+
+    def spans(self, outcomes: Sequence[TestOutcome]) -> None:
+        """A span per test, placed inside the execution's by the harness's timings."""
+        _harness_test_spans(self.span, outcomes, *self.times_ns)
+
+
+@dataclass(frozen=True)
+class _ChunkRun:
+    """The judged tests of one chunk; ``kept``: the execution whose output to keep."""
+
+    outcomes: list[TestOutcome]
+    kept: ExecResult
+    failed: bool
+    stopped: bool
+
+
 # Runs one execution: the sandbox's execute, or a session's run.
 Execute = Callable[[ExecRequest], Awaitable[ExecResult]]
 # A whole-program test: ready, or built on demand (compiled only if reached).
@@ -215,7 +250,11 @@ class SuiteRunner:
     async def stdin_tests(
         self, program: Program, cases: Sequence[tuple[str, str]], judge: OutputJudge
     ) -> SuiteRun:
-        """One execution per (input, expected) case."""
+        """One execution per (input, expected) case, or one run of the language's harness."""
+        if program.language.name in stdin_harness_languages() and cases:
+            _, files = program.language.test_io(program.source, cases[0][0])
+            if not files:
+                return await self._stdin_harness_tests(program, cases, judge)
         run = SuiteRun()
         async with self._executions(program, cases) as execute:
             for index, (test_input, expected) in enumerate(cases):
@@ -283,6 +322,106 @@ class SuiteRunner:
         tolerance: float | None,
     ) -> SuiteRun:
         """All tests in one harness execution; call results compared with ``expected``."""
+        ran = await self._harness(program, plan, len(plan.tests) * _RECORD_BYTES)
+        self._budget.spend(ran.result.cpu_ms, ran.result.wall_ms, ran.result.waited_ms)
+        run = SuiteRun()
+        missing: Judged | None = None
+        for index, record in enumerate(ran.records):
+            if record is None:
+                missing = missing or _missing(ran.result)
+                judged, timing = missing, None
+                missing = Judged(missing.verdict, 0.0, "not run: the execution ended")
+            else:
+                judged = _judge_record(record, expected, index, tolerance)
+                timing = record
+            run.outcomes.append(_outcome(index, judged, timing))
+            if self._stop and judged.verdict is not Verdict.ACCEPTED:
+                break
+        failed = any(o.verdict is not Verdict.ACCEPTED for o in run.outcomes)
+        run.keep_output(ran.result, failed=failed, stdout=ran.output)
+        ran.spans(run.outcomes)
+        return run
+
+    async def _stdin_harness_tests(
+        self, program: Program, cases: Sequence[tuple[str, str]], judge: OutputJudge
+    ) -> SuiteRun:
+        """Stdin tests run by the language's harness, a fork per test, in executions of
+        growing chunks of tests: a program that fails early (and a suite that stops on
+        its first failure) runs few tests past it; the outputs of one chunk, all held
+        at once, stay bounded."""
+        run = SuiteRun()
+        cap = self._limits.output_kb * 1024
+        # A record carries the test's stdout and its stderr's tail, base64.
+        per_test = _RECORD_BYTES + (cap + _STDERR_TAIL_BYTES) * 4 // 3 + 8
+        start, size = 0, _FIRST_CHUNK
+        while start < len(cases):
+            if self._budget.exhausted:
+                run.outcomes.extend(_not_run(range(start, len(cases)), _NOT_RUN))
+                break
+            chunk = cases[start : start + size]
+            plan = HarnessPlan(
+                language=program.language.name,
+                mode="stdin",
+                tests=[test_input for test_input, _ in chunk],
+                time_s=self._limits.time_s,
+                memory_mb=self._limits.memory_mb,
+                output_bytes=cap,
+            )
+            ran = await self._harness(program, plan, len(chunk) * per_test)
+            chunk_run = await self._judge_stdin_records(ran, start, chunk, judge)
+            run.outcomes.extend(chunk_run.outcomes)
+            run.keep_output(chunk_run.kept, failed=chunk_run.failed)
+            ran.spans(chunk_run.outcomes)
+            if chunk_run.stopped:
+                break
+            start += len(chunk)
+            size = min(size * _CHUNK_GROWTH, _MAX_CHUNK)
+        return run
+
+    async def _judge_stdin_records(
+        self, ran: _HarnessRun, start: int, chunk: Sequence[tuple[str, str]], judge: OutputJudge
+    ) -> _ChunkRun:
+        outcomes: list[TestOutcome] = []
+        kept: ExecResult | None = None
+        failed = False
+        for offset, (test_input, expected) in enumerate(chunk):
+            index = start + offset
+            record = ran.records[offset]
+            if record is None:
+                judged = _missing(ran.result)
+                outcomes.append(_outcome(index, judged, None))
+                # The execution ended here (a fault, or the budget): what follows did not run.
+                whole = replace(ran.result, stdout=ran.output)
+                return _ChunkRun(
+                    outcomes, whole if kept is None or not failed else kept, True, True
+                )
+            if record["verdict"] != "exited":
+                # The harness's own verdict: a test it did not run (no time left).
+                judged = _judge_record(record, None, index, None)
+                outcomes.append(_outcome(index, judged, record))
+                failed = failed or judged.verdict is not Verdict.ACCEPTED
+                if self._stop and judged.verdict is not Verdict.ACCEPTED:
+                    return _ChunkRun(outcomes, kept or replace(ran.result, stdout=b""), True, True)
+                continue
+            result = _stdin_result(record, ran.result.cpu_source)
+            # Charged per test as a jail of its own would be (not the harness's start).
+            self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
+            verdict = failure_verdict(result)
+            if verdict is not None:
+                judged = Judged(verdict, 0.0, describe_exit(result))
+            else:
+                judged = await judge(index, test_input, expected, result.stdout)
+            outcomes.append(_outcome(index, judged, result))
+            if not failed:
+                kept = result
+                failed = judged.verdict is not Verdict.ACCEPTED
+            if self._stop and judged.verdict is not Verdict.ACCEPTED:
+                return _ChunkRun(outcomes, kept or result, failed, stopped=True)
+        whole = replace(ran.result, stdout=ran.output)
+        return _ChunkRun(outcomes, kept or whole, failed, stopped=False)
+
+    async def _harness(self, program: Program, plan: HarnessPlan, slack_bytes: int) -> _HarnessRun:
+        """One execution of the language's harness running ``plan``'s tests."""
         count = len(plan.tests)
         markers = new_markers(count)
         budget_s = self._budget.left_s
@@ -305,32 +444,16 @@ class SuiteRunner:
             ),
             entry=plan.entry,
             memory_slack_mb=_HARNESS_MEMORY_MB,
-            output_slack_bytes=count * _RECORD_BYTES,
+            output_slack_bytes=slack_bytes,
         )
         with _tracer.start_as_current_span("tests") as span:
             span.set_attribute("rewardbus.test.count", count)
             started_ns = time.time_ns()
             result = await self._sandbox.execute(request)
             ended_ns = time.time_ns()
-        self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
         records = parse_records(result.stdout, markers)
-        run = SuiteRun()
-        missing: Judged | None = None
-        for index, record in enumerate(records):
-            if record is None:
-                missing = missing or _missing(result)
-                judged, timing = missing, None
-                missing = Judged(missing.verdict, 0.0, "not run: the execution ended")
-            else:
-                judged = _judge_record(record, expected, index, tolerance)
-                timing = record
-            run.outcomes.append(_outcome(index, judged, timing))
-            if self._stop and judged.verdict is not Verdict.ACCEPTED:
-                break
-        failed = any(o.verdict is not Verdict.ACCEPTED for o in run.outcomes)
-        run.keep_output(result, failed=failed, stdout=strip_markers(result.stdout, markers))
-        _harness_test_spans(span, run.outcomes, started_ns, ended_ns)
-        return run
+        output = strip_markers(result.stdout, markers)
+        return _HarnessRun(result, records, output, span, (started_ns, ended_ns))
 
     async def program_tests(
         self, programs: Sequence[ProgramTest], *, end_marker: str | None = None
@@ -453,6 +576,39 @@ def _harness_test_spans(
         )
         _mark_test(span, outcome.verdict, outcome.message)
         span.end(end_time=end)
+
+
+def _stdin_result(record: dict[str, Any], cpu_source: str) -> ExecResult:
+    """A stdin test's record from the harness, as the jail would have reported it.
+
+    ``cpu_source``: the harness execution's (a jail without a cgroup CPU counter says
+    so for each of its tests too).
+    """
+    limit = record.get("limit")
+    exit_code = record.get("exit")
+    signum = record.get("signal")
+    return ExecResult(
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        signal=signum if isinstance(signum, int) else None,
+        stdout=_unb64(record.get("stdout")),
+        stderr=_unb64(record.get("stderr")),
+        wall_ms=_number(record.get("wall_ms")),
+        cpu_ms=_number(record.get("cpu_ms")),
+        peak_memory_kb=int(_number(record.get("peak_memory_kb"))),
+        timed_out=limit in ("cpu", "wall"),
+        memory_exceeded=record.get("oom") is True,
+        output_exceeded=limit == "output",
+        timed_out_by=limit if limit in ("cpu", "wall") else None,
+        waited_ms=_number(record.get("waited_ms")),
+        cpu_source=cpu_source,
+    )
+
+
+def _unb64(value: Any) -> bytes:
+    try:
+        return binascii.a2b_base64(value) if isinstance(value, str) else b""
+    except binascii.Error:
+        return b""
 
 
 def _judge_record(

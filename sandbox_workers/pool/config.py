@@ -34,6 +34,8 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "decimal",
     "statistics",
     "dataclasses",
+    "traceback",
+    "binascii",
     "copy",
     "operator",
     "ast",
