@@ -78,8 +78,11 @@ LOAD_SENSITIVE = ("broker",)  # judged only when some pass was clean
 LIMIT = 1.25  # more than 25 % over the baseline fails
 # The broker JVM's own budget: its CPU per completion moves 1.5x between the passes of
 # one quiet run (2.46-3.84 ms in a CI run whose least pass read 1.17 of the baseline
-# relative to the floor), far more than any layer of ours.
-ROW_LIMITS = {"broker": 1.5}
+# relative to the floor), and 2x between the runs of one quiet hour (least passes
+# 1.43-2.88 ms on 2026-12-03, one of eleven runs 1.57x the baseline: it fetches more
+# often, for fewer records each, when the workers are faster), far more than any layer
+# of ours. A broker that does twice the work per completion still fails.
+ROW_LIMITS = {"broker": 2.0}
 CLEAN_MS = 3.0  # a clean pass: at most this much unattributed CPU per completion
 PASSES, MIN_CLEAN, EXTRA_PASSES = 3, 2, 2  # a check: clean passes wanted, at most this many more
 BASELINE_PASSES, BASELINE_MIN_CLEAN = 5, 3  # a baseline: its median needs 3 clean passes

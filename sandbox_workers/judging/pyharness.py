@@ -128,18 +128,21 @@ def main() -> int:
     factor = float(spec.get("wall_factor", 2.0))
     extra_s = float(spec.get("wall_extra_s", 1.0))
     stretch = float(spec.get("wall_stretch", 10.0))
-    given = _Given.now()
+    # A single test (HumanEval's check) leaves nothing any test of ours could see.
+    given = _Given.now() if len(tests) > 1 else None
+    ran = False
     for test in tests:
         if isinstance(test, dict):
             record = test
         elif budget_s <= 0.001:
             record = {"verdict": "time_limit", "message": "not run: total time limit reached"}
         else:
+            if given is not None and ran:
+                given.restore()  # what the test before this one left
             cpu_s = min(float(spec["time_s"]), budget_s)
             wall_s = max(factor * cpu_s, cpu_s + extra_s)
             record = test(cpu_s, wall_s, stretch * wall_s)
-            if given is not None:
-                given.restore()
+            ran = True
             # Its CPU time, or its wall time less its wait for a CPU (as the worker charges).
             waited_ms = record.pop("waited_ms", 0.0)
             budget_s -= max(record.get("cpu_ms", 0.0), record["wall_ms"] - waited_ms) / 1000
