@@ -36,7 +36,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from sandbox_workers.compile_cache import CompileCache
 from sandbox_workers.errors import SandboxWorkerError
-from sandbox_workers.extract import extract_code
+from sandbox_workers.extract import program_of
 from sandbox_workers.judging.classify import tail_text
 from sandbox_workers.judging.harness import HarnessPlan, TestCodeCache, harness_languages
 from sandbox_workers.judging.program import Builder, CompileFailure, Program
@@ -179,7 +179,7 @@ class Executor:
             span.set_attribute("rewardbus.sample_id", completion.sample_id)
             span.set_attribute("rewardbus.language", language.name)
             with _tracer.start_as_current_span("parse") as parse:
-                source = _source(completion, language)
+                source = program_of(completion, language.name)
                 parse.set_attribute("rewardbus.code.chars", len(source or ""))
                 if source is None:
                     parse.set_status(Status(StatusCode.ERROR, "no code found"))
@@ -405,15 +405,6 @@ def _validate_assert(suite: AssertSuite, language: Language) -> int:
 def _same_length(kind: str, inputs: list[Any], outputs: list[Any]) -> None:
     if len(inputs) != len(outputs):
         raise InvalidCompletion(f"{kind} suite has {len(inputs)} inputs but {len(outputs)} outputs")
-
-
-def _source(completion: Completion, language: Language) -> str | None:
-    """The program: ``code`` when given, else the code block of ``response``."""
-    if completion.code is not None and completion.code.strip():
-        return completion.code
-    if completion.response:
-        return extract_code(completion.response, language.name)
-    return None
 
 
 def _end_marker(state_dir: Path) -> str:

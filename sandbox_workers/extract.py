@@ -6,7 +6,8 @@ when no block carries such a tag, the last untagged block. Blocks tagged with
 another language (sample output in ```text, a shell session in ```bash for a
 Python task) are never taken. A final fence the model did not close (the
 response hit its token limit) still counts: the code up to the end is usually
-all there.
+all there. A completion that carries ``code`` submits that instead
+(:func:`program_of`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandbox_workers.languages import lookup
+from schemas import Completion
 
-__all__ = ["CodeBlock", "extract_code", "fenced_blocks"]
+__all__ = ["CodeBlock", "extract_code", "fenced_blocks", "program_of"]
 
 # ``` or ~~~ (3 or more), then an info string whose first word is the language
 # tag. Unlike CommonMark, any indentation is accepted: models nest fences in
@@ -63,6 +65,19 @@ def fenced_blocks(text: str) -> list[CodeBlock]:
         )
         index += 1
     return blocks
+
+
+def program_of(completion: Completion, language: str) -> str | None:
+    """The program a completion submits: its ``code`` when that has any, else the code
+    block of its ``response``; None when there is none.
+
+    The one rule: the executor judges this text and the result cache keys it, so a
+    cached verdict always answers for the program that was judged.
+    """
+    code, response = completion.code, completion.response
+    if code is not None and code.strip():
+        return code
+    return extract_code(response, language) if response else None
 
 
 def extract_code(response: str, language: str) -> str | None:

@@ -60,7 +60,7 @@ from kafkaio import (
 )
 from sandbox_workers.attempts import AttemptLedger, SuspectGate
 from sandbox_workers.errors import SandboxWorkerError
-from sandbox_workers.extract import extract_code
+from sandbox_workers.extract import program_of
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.languages import lookup
 from sandbox_workers.metrics import WorkerMetrics
@@ -618,10 +618,8 @@ class _Worker:
         version = self.runner.languages.get(language.name)
         if version is None:
             return None
-        code = completion.code if completion.code and completion.code.strip() else None
+        code = program_of(completion, language.name)
         if code is None:
-            code = extract_code(completion.response or "", language.name)
-        if not code:
             return None
         runtime = f"{version}|{self.config.runtime_version}"
         return fingerprint(language.name, code, suite_digest, completion.limits, runtime)

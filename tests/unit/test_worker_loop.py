@@ -121,8 +121,7 @@ async def worker(
         worker_id=f"w{len(broker.consumers)}",
         commit_interval_s=0.0,
         produce_retry_backoff_s=0.001,
-        result_cache_bytes=0,
-        **config,  # type: ignore[arg-type]
+        **{"result_cache_bytes": 0, **config},  # type: ignore[arg-type]
     )
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     ready = asyncio.Event()
@@ -443,3 +442,33 @@ async def test_a_dead_letter_the_dlq_refuses_stops_the_worker(
         with pytest.raises(KafkaIOError, match="RecordTooLarge"):
             await asyncio.wait_for(asyncio.shield(w.task), 10)
     assert committed(broker, kafka) == 0  # nowhere further to send it: it waits
+
+
+# -- the result cache -------------------------------------------------------------------
+
+
+async def test_a_cached_verdict_answers_only_for_the_program_it_was_judged_on(
+    broker: FakeBroker, kafka: KafkaSettings
+) -> None:
+    """The cache key and the judge take the program by one rule (``program_of``): code
+    when the completion has any, else the response's code block."""
+    runner = Runner()
+    runner.languages = {"python": "cpython-test"}
+    fenced = "Here it is:\n```python\nprint(1)\n```\n"
+    await publish(
+        broker,
+        kafka,
+        completion("judged", code="print(1)"),
+        completion("same-program", code=None, response=fenced),  # the same program: a hit
+        completion("other-program", code="print(2)", response=fenced),  # code wins: judged
+        completion("blank-code", code="  \n", response=fenced),  # the response's: a hit
+    )
+    async with worker(broker, kafka, runner, result_cache_bytes=1 << 20):
+        await until(lambda: committed(broker, kafka) == 4, "all four done")
+    assert runner.calls == ["judged", "other-program"]
+    assert sorted(rewards(broker, kafka)) == [
+        "blank-code",
+        "judged",
+        "other-program",
+        "same-program",
+    ]
