@@ -109,6 +109,8 @@ _WAITED_WORTH_S = 0.01
 # After a test's child exits, at most this many chunks are still read from its
 # pipe (a descendant may hold it open and keep writing).
 _DRAIN_CHUNKS = 256
+# How long the processes a test left may take to exit once killed.
+_LEFTOVER_WAIT_S = 1.0
 # Of a stdin test's stderr, the record carries the end.
 _STDERR_TAIL = 8192
 # Where a test may leave files (besides what the worker put in /work).
@@ -374,6 +376,7 @@ def _end(
         waited_s = _waited_s(pid)
     _kill(pid)
     status, usage = _reap(pid)
+    _kill_leftovers()
     wall_ms = (time.monotonic() - started) * 1000
     for stream in streams:
         os.close(stream.fd)
@@ -523,13 +526,43 @@ def _kill(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
-    # Everyone in the jail's pid namespace but us and its init: a process the
-    # test started in a session of its own too. Only when our parent is pid 1,
-    # the jail's init (outside a pid namespace of the jail's own, -1 would be
-    # every process of our uid on the host).
-    if os.getppid() == 1:
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
+
+
+def _kill_leftovers() -> None:
+    """Once a test's child is reaped: kill every process the test left, also one in a
+    session of its own, and wait until they are gone (a SIGKILLed process takes a
+    while to exit on a busy host; the next test must not find it).
+
+    Everyone in the jail's pid namespace but us and its init: only when our parent
+    is pid 1, the jail's init (outside a pid namespace of the jail's own, -1 would
+    be every process of our uid on the host).
+    """
+    if os.getppid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        return  # nobody was left (the usual case)
+    deadline = time.monotonic() + _LEFTOVER_WAIT_S
+    while _others_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _others_alive() -> bool:
+    """Whether a process of the jail other than us and its init has not exited yet."""
+    if not _own_proc():
+        return False
+    me = str(os.getpid())
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name not in ("1", me):
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    state = handle.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"Z", b"X"):
+                return True
+    return False
 
 
 class _Given:
