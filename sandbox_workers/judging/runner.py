@@ -381,44 +381,39 @@ class SuiteRunner:
     async def _judge_stdin_records(
         self, ran: _HarnessRun, start: int, chunk: Sequence[tuple[str, str]], judge: OutputJudge
     ) -> _ChunkRun:
+        """Each test of a chunk judged from its record. ``kept``: the first failing test's
+        result (the whole execution's when its record is missing), else the last one's."""
+        whole = replace(ran.result, stdout=ran.output)
         outcomes: list[TestOutcome] = []
-        kept: ExecResult | None = None
-        failed = False
+        first_failure: ExecResult | None = None
+        last = whole
+        missing: Judged | None = None
         for offset, (test_input, expected) in enumerate(chunk):
             index = start + offset
             record = ran.records[offset]
+            result: ExecResult | None = None
             if record is None:
-                judged = _missing(ran.result)
-                outcomes.append(_outcome(index, judged, None))
-                # The execution ended here (a fault, or the budget): what follows did not run.
-                whole = replace(ran.result, stdout=ran.output)
-                return _ChunkRun(
-                    outcomes, whole if kept is None or not failed else kept, True, True
-                )
-            if record["verdict"] != "exited":
-                # The harness's own verdict: a test it did not run (no time left).
-                judged = _judge_record(record, None, index, None)
-                outcomes.append(_outcome(index, judged, record))
-                failed = failed or judged.verdict is not Verdict.ACCEPTED
-                if self._stop and judged.verdict is not Verdict.ACCEPTED:
-                    return _ChunkRun(outcomes, kept or replace(ran.result, stdout=b""), True, True)
-                continue
-            result = _stdin_result(record, ran.result.cpu_source)
-            # Charged per test as a jail of its own would be (not the harness's start).
-            self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
-            verdict = failure_verdict(result)
-            if verdict is not None:
-                judged = Judged(verdict, 0.0, describe_exit(result))
+                # The execution ended during this test; the rest of the chunk never ran.
+                judged = missing or _missing(ran.result)
+                missing = Judged(judged.verdict, 0.0, "not run: the execution ended")
+            elif record["verdict"] != "exited":
+                judged = _judge_record(record, None, index, None)  # not run: no time left
             else:
-                judged = await judge(index, test_input, expected, result.stdout)
-            outcomes.append(_outcome(index, judged, result))
-            if not failed:
-                kept = result
-                failed = judged.verdict is not Verdict.ACCEPTED
-            if self._stop and judged.verdict is not Verdict.ACCEPTED:
-                return _ChunkRun(outcomes, kept or result, failed, stopped=True)
-        whole = replace(ran.result, stdout=ran.output)
-        return _ChunkRun(outcomes, kept or whole, failed, stopped=False)
+                result = last = _stdin_result(record, ran.result.cpu_source)
+                # Charged per test as a jail of its own would be (not the harness's start).
+                self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
+                verdict = failure_verdict(result)
+                if verdict is not None:
+                    judged = Judged(verdict, 0.0, describe_exit(result))
+                else:
+                    judged = await judge(index, test_input, expected, result.stdout)
+            outcomes.append(_outcome(index, judged, result if result is not None else record))
+            if judged.verdict is not Verdict.ACCEPTED:
+                first_failure = first_failure or result or whole
+                if self._stop:
+                    return _ChunkRun(outcomes, first_failure, failed=True, stopped=True)
+        failed = first_failure is not None
+        return _ChunkRun(outcomes, first_failure or last, failed=failed, stopped=False)
 
     async def _harness(self, program: Program, plan: HarnessPlan, slack_bytes: int) -> _HarnessRun:
         """One execution of the language's harness running ``plan``'s tests."""

@@ -172,14 +172,20 @@ async def test_big_suites_run_in_chunks_and_stop_at_the_first_failure(executor: 
     assert every.tests[150].message == "expected '300', got '-1'"
 
 
-async def test_a_program_that_kills_the_harness_fails_the_rest(executor: Executor) -> None:
+async def test_a_program_that_kills_the_harness_fails_only_its_chunk(executor: Executor) -> None:
+    """Test 2 kills the harness: the rest of its chunk (the first 8 tests) did not run and
+    fails; the next chunk runs in an execution of its own."""
     code = (
         "import os, signal\nn = int(input())\n"
         "if n == 2:\n    os.kill(os.getppid(), signal.SIGKILL)\nprint(n)"
     )
-    event = await judge(executor, code, ["1\n", "2\n", "3\n"], ["1", "2", "3"])
-    assert verdicts(event)[0] is AC
-    assert all(v is not AC for v in verdicts(event)[1:]), event.tests
+    numbers = [str(n) for n in range(1, 13)]
+    event = await judge(executor, code, [f"{n}\n" for n in numbers], numbers)
+    got = verdicts(event)
+    assert len(got) == 12 and got[0] is AC, event.tests
+    assert all(v is not AC for v in got[1:8]), event.tests
+    assert "not run: the execution ended" in event.tests[2].message
+    assert got[8:] == [AC] * 4, event.tests
 
 
 def test_the_harness_file_is_stdlib_only() -> None:
