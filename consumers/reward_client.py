@@ -51,6 +51,7 @@ from kafkaio import (
 )
 from schemas import (
     CONTENT_TYPE,
+    MAX_RECORD_BYTES,
     Completion,
     KafkaSettings,
     ProblemRecord,
@@ -146,7 +147,7 @@ class RewardClient(Lifecycle):
                 idempotent=True,
                 linger_ms=2,
                 compression="lz4",
-                max_request_bytes=16 << 20,  # CodeContests-sized suites
+                max_request_bytes=MAX_RECORD_BYTES,  # CodeContests-sized suites
             )
         )
         await self._producer.start()

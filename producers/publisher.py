@@ -27,6 +27,7 @@ from kafkaio import (
 from producers.errors import PublishError
 from schemas import (
     CONTENT_TYPE,
+    MAX_RECORD_BYTES,
     BatchManifest,
     Completion,
     KafkaSettings,
@@ -51,7 +52,7 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000
     # Large enough for CodeContests-sized suites; the topic's max.message.bytes must
     # allow it too (``rewardbus topics`` sets 16 MiB on completions and problems).
-    max_request_size: int = 16 << 20
+    max_request_size: int = MAX_RECORD_BYTES
     # Identical completions (same language, problem and program text) seen within the
     # last this-many distinct ones go to the partition of their first copy, so one
     # worker judges them once (in-flight coalescing, then its local result cache)

@@ -9,15 +9,12 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from schemas import KafkaSettings
+from schemas import MAX_RECORD_BYTES, KafkaSettings
 
-__all__ = ["MAX_MESSAGE_BYTES", "await_group_members", "ensure_topics"]
+__all__ = ["await_group_members", "ensure_topics"]
 
-# CodeContests-sized test suites are megabytes: the topics that carry them accept
-# records up to this size (Kafka's default is about 1 MiB). The DLQ keeps the
-# original bytes of a failed completion, so it needs the same.
-MAX_MESSAGE_BYTES = 16 << 20
-_LARGE = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+# Completions, problems and the DLQ take records up to schemas.MAX_RECORD_BYTES.
+_LARGE = {"max.message.bytes": str(MAX_RECORD_BYTES)}
 _COMPACTED = {"cleanup.policy": "compact"}
 # The attempts ledger holds one live entry per record in flight: its tombstones
 # must go soon (every worker replays the topic), so segments roll and clean often.

@@ -69,6 +69,7 @@ from sandbox_workers.problems import ProblemStore
 from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
 from schemas import (
     CONTENT_TYPE,
+    MAX_RECORD_BYTES,
     Completion,
     KafkaSettings,
     RewardEvent,
@@ -228,7 +229,9 @@ class _Worker:
         )
         self.producer = clients.producer(
             # A dead letter carries the original record, which may be a multi-MB suite.
-            ProducerOptions(acks="all", idempotent=True, linger_ms=1, max_request_bytes=16 << 20)
+            ProducerOptions(
+                acks="all", idempotent=True, linger_ms=1, max_request_bytes=MAX_RECORD_BYTES
+            )
         )
         self.dead_letters = DeadLetterWriter(
             self.producer, kafka.topics.dlq, service=f"sandbox-worker:{config.worker_id}"

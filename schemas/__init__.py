@@ -44,12 +44,13 @@ from schemas.state import (
     encode_state,
     state_key,
 )
-from schemas.topics import Topics
+from schemas.topics import MAX_RECORD_BYTES, Topics
 
 __all__ = [
     "CANARY_BATCH_PREFIX",
     "COMPARE_MODES",
     "CONTENT_TYPE",
+    "MAX_RECORD_BYTES",
     "SCHEMA_VERSION",
     "AggregatorRecord",
     "AssertSuite",

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Topics"]
+__all__ = ["MAX_RECORD_BYTES", "Topics"]
+
+
+# The largest record rewardbus writes or accepts: CodeContests-sized test suites are
+# megabytes, so the topics that carry them (completions, problems, and the DLQ, which
+# keeps a failed completion's bytes) take records up to this size (Kafka's default is
+# about 1 MiB), and every producer of them may send requests this large.
+MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
