@@ -316,7 +316,26 @@ def _stdio_pipes(
     return [in_r, out_w, err_w], stdout, stderr, feeder
 
 
-class SessionRun:
+class _Captured:
+    """What a run wrote on its stdout and stderr (each read to EOF, up to a cap)."""
+
+    _stdout: _Capture
+    _stderr: _Capture
+
+    @property
+    def stdout(self) -> bytes:
+        return self._stdout.data
+
+    @property
+    def stderr(self) -> bytes:
+        return self._stderr.data
+
+    @property
+    def output_exceeded(self) -> bool:
+        return self._stdout.exceeded or self._stderr.exceeded
+
+
+class SessionRun(_Captured):
     """One run of a session's program: its stdio, its report, why it was stopped."""
 
     def __init__(self, stdin: bytes, output_cap: int, on_overflow: Callable[[], None]) -> None:
@@ -344,18 +363,6 @@ class SessionRun:
     def waits(self) -> list[asyncio.Future[None]]:
         return [self.settled, self._stdout.done, self._stderr.done]
 
-    @property
-    def stdout(self) -> bytes:
-        return self._stdout.data
-
-    @property
-    def stderr(self) -> bytes:
-        return self._stderr.data
-
-    @property
-    def output_exceeded(self) -> bool:
-        return self._stdout.exceeded or self._stderr.exceeded
-
     def close_child_fds(self) -> None:
         for fd in self.child_fds:
             os.close(fd)
@@ -372,7 +379,7 @@ class SessionRun:
 # ---------------------------------------------------------------------- one execution
 
 
-class Launch:
+class Launch(_Captured):
     """One execution: ``await start()``, ``await ready()``, ``go()``, ``await finish()``."""
 
     def __init__(self, stdin: bytes, output_cap: int) -> None:
@@ -543,18 +550,6 @@ class Launch:
         raise SandboxFault("the jail did not stop after SIGKILL")
 
     # ------------------------------------------------------------------ results
-
-    @property
-    def stdout(self) -> bytes:
-        return self._stdout.data
-
-    @property
-    def stderr(self) -> bytes:
-        return self._stderr.data
-
-    @property
-    def output_exceeded(self) -> bool:
-        return self._stdout.exceeded or self._stderr.exceeded
 
     def _failure(self, what: str) -> str:
         if self.error:

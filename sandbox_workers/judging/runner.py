@@ -298,21 +298,26 @@ class SuiteRunner:
         judge: OutputJudge,
         run: SuiteRun,
     ) -> TestOutcome:
-        test_input, expected = case
-        stdin, files = program.language.test_io(program.source, test_input)
+        stdin, files = program.language.test_io(program.source, case[0])
         request = self._test_request(program, stdin, files)
         with _tracer.start_as_current_span("test") as span:
             span.set_attribute("rewardbus.test.index", index)
             result = await execute(request)
-            self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
-            failed = failure_verdict(result)
-            if failed is not None:
-                judged = Judged(failed, 0.0, describe_exit(result))
-            else:
-                judged = await judge(index, test_input, expected, result.stdout)
+            judged = await self._judge_run(result, index, case, judge)
             _mark_test(span, judged.verdict, judged.message)
         run.keep_output(result, failed=judged.verdict is not Verdict.ACCEPTED)
         return _outcome(index, judged, result)
+
+    async def _judge_run(
+        self, result: ExecResult, index: int, case: tuple[str, str], judge: OutputJudge
+    ) -> Judged:
+        """One stdin test's run: its time charged, then its failure, or its output judged."""
+        self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
+        failed = failure_verdict(result)
+        if failed is not None:
+            return Judged(failed, 0.0, describe_exit(result))
+        test_input, expected = case
+        return await judge(index, test_input, expected, result.stdout)
 
     async def harness_tests(
         self,
@@ -401,12 +406,7 @@ class SuiteRunner:
             else:
                 result = last = _stdin_result(record, ran.result.cpu_source)
                 # Charged per test as a jail of its own would be (not the harness's start).
-                self._budget.spend(result.cpu_ms, result.wall_ms, result.waited_ms)
-                verdict = failure_verdict(result)
-                if verdict is not None:
-                    judged = Judged(verdict, 0.0, describe_exit(result))
-                else:
-                    judged = await judge(index, test_input, expected, result.stdout)
+                judged = await self._judge_run(result, index, (test_input, expected), judge)
             outcomes.append(_outcome(index, judged, result if result is not None else record))
             if judged.verdict is not Verdict.ACCEPTED:
                 first_failure = first_failure or result or whole
