@@ -17,17 +17,10 @@ from sandbox_workers import Executor, ExecutorConfig
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
 from sandbox_workers.pool import PoolConfig
 from schemas import Completion, IoSuite, Limits, RewardEvent, Verdict
+from tests.sandbox.test_languages import AC, MLE, OLE, RE, TLE, WA
 
 pytestmark = pytest.mark.sandbox
 
-AC, WA, RE, TLE, MLE, OLE = (
-    Verdict.ACCEPTED,
-    Verdict.WRONG_ANSWER,
-    Verdict.RUNTIME_ERROR,
-    Verdict.TIME_LIMIT,
-    Verdict.MEMORY_LIMIT,
-    Verdict.OUTPUT_LIMIT,
-)
 LIMITS = Limits(time_s=1.0, total_time_s=30.0, memory_mb=64, output_kb=16)
 
 
