@@ -1,6 +1,6 @@
 """Throughput and latency of the whole pipeline, against the executor alone in the same run.
 
-Three measurements, each on fresh topics (a new uuid prefix per phase):
+Four measurements, each on fresh topics (a new uuid prefix per phase):
 
 1. Throughput. The 328 HumanEval programs (164 canonical + 164 broken) through
    Kafka → 1 or 2 sandbox worker processes (worker i pinned to CPU i: one core's
@@ -17,6 +17,11 @@ Three measurements, each on fresh topics (a new uuid prefix per phase):
 3. The result cache: N completions of which each distinct program appears
    twice, against N all-distinct ones (cache on; fresh workers, warmed up on 16
    trivial programs first); time-to-all-rewards ratio, two runs each in ABBA order.
+4. Makespan: three adversarial batches, each publishing its longest samples last
+   (one 0.8 s sample after 63 trivial ones; a group of eight 0.2 s samples after
+   seven trivial groups; 48 heavy-tailed lengths shortest first), each alone through
+   2 workers and the aggregator: first publish -> scored batch, against the list-
+   scheduling bound (total execution time / 2 + the longest sample's).
 
 In phases 1 and 3 the reward watcher is lazy: it fetches at most every 100 ms
 and dates each reward by its record timestamp (the worker's produce time), so
@@ -79,7 +84,7 @@ from _common import (
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
 from rewardbus.local import RewardWatcher, aggregator
-from schemas import Completion, IoSuite, RewardEvent
+from schemas import BatchManifest, Completion, IoSuite, RewardEvent
 
 BATCH_SIZE = 32
 # Pacing starts right after the saturated burst; its first second is reported apart
@@ -395,6 +400,109 @@ async def half_saturation(where: Cluster, plan: Plan) -> dict[str, Any]:
     }
 
 
+# -- 4. makespan: a batch with long samples published last ----------------------------
+
+
+def spinner(tag: str, index: int, batch: str, group: str, cpu_s: float) -> Completion:
+    """A one-test stdin program that burns ``cpu_s`` of CPU before answering."""
+    code = (
+        f"# {tag} sample {index}\nimport time\nend = time.process_time() + {cpu_s}\n"
+        "while time.process_time() < end:\n    pass\nprint(int(input()) + 1)\n"
+    )
+    return Completion(
+        sample_id=f"{tag}-{index}",
+        batch_id=batch,
+        group_id=group,
+        language="python",
+        code=code,
+        tests=IoSuite(inputs=[f"{index}\n"], outputs=[f"{index + 1}\n"]),
+    )
+
+
+def makespan_batches(seed: int) -> dict[str, list[Completion]]:
+    """Three adversarial batches: each publishes its longest samples last.
+
+    - one_long_last: 63 trivial samples, then one that spins 0.8 s;
+    - long_group_last: 7 groups of 8 trivial samples, then a group of 8 that spin 0.2 s;
+    - heavy_tail_ascending: 48 samples spinning 0-0.4 s (most short, a few long,
+      drawn from a seeded Pareto), published shortest first.
+    """
+    rng = random.Random(seed)
+    made: dict[str, list[Completion]] = {}
+
+    def batch(name: str, lengths: list[float], group_size: int) -> None:
+        tag = f"{name[:4]}{uuid.uuid4().hex[:6]}"
+        made[name] = [
+            spinner(tag, i, tag, f"{tag}-g{i // group_size}", s) if s else trivial(tag, i, tag)
+            for i, s in enumerate(lengths)
+        ]
+
+    batch("one_long_last", [0.0] * 63 + [0.8], 8)
+    batch("long_group_last", [0.0] * 56 + [0.2] * 8, 8)
+    tail = sorted(min(0.4, 0.005 * rng.paretovariate(1.2)) for _ in range(48))
+    batch("heavy_tail_ascending", [round(s, 3) for s in tail], 8)
+    return made
+
+
+async def one_makespan(
+    producer: RolloutProducer,
+    scored: ScoredBatches,
+    watcher: RewardWatcher,
+    completions: list[Completion],
+    cores: int,
+) -> dict[str, Any]:
+    """First publish -> scored batch, against (total work / cores + the longest sample)."""
+    batch_id = completions[0].batch_id
+    manifest = BatchManifest(
+        batch_id=batch_id,
+        sample_ids=[c.sample_id for c in completions],
+        group_ids=[c.group_id for c in completions],
+        group_size=8,
+        deadline=time.time() + TIMEOUT_S,
+    )
+    started = time.monotonic()
+    await producer.publish_manifest(manifest)
+    for completion in completions:
+        await producer.publish(completion)
+    await _collect_scored(scored, {batch_id})
+    makespan_s = time.monotonic() - started
+    await wait_all(watcher, manifest.sample_ids, TIMEOUT_S)
+    exec_ms = [watcher.rewards[sid].exec_ms for sid in manifest.sample_ids]
+    bound_s = (sum(exec_ms) / cores + max(exec_ms)) / 1000
+    # No schedule beats this: the work spread evenly, or the longest sample alone.
+    lower_s = max(sum(exec_ms) / cores, *exec_ms) / 1000
+    return {
+        "samples": len(completions),
+        "work_s": round(sum(exec_ms) / 1000, 3),
+        "longest_s": round(max(exec_ms) / 1000, 3),
+        "bound_s": round(bound_s, 3),
+        "makespan_s": round(makespan_s, 3),
+        "ratio": round(makespan_s / bound_s, 3),
+        "lower_bound_s": round(lower_s, 3),
+        "over_lower_bound": round(makespan_s / lower_s, 3),
+        "per_worker": dict(Counter(watcher.rewards[sid].worker_id for sid in manifest.sample_ids)),
+    }
+
+
+async def makespan(where: Cluster, plan: Plan) -> dict[str, Any]:
+    """Each adversarial batch alone through 2 workers (1 execution each) and the aggregator."""
+    kafka = await fresh_kafka(where.bootstrap, "makespan")
+    cores = 2
+    runs: dict[str, dict[str, Any]] = {}
+    async with (
+        workers(kafka, cores, cache_mb=0, tag="makespan"),
+        aggregator(kafka, f"{kafka.topics.prefix}aggregator"),
+        ScoredBatches(kafka, group_id=f"{kafka.topics.prefix}learner") as scored,
+        RewardWatcher(kafka) as watcher,
+        RolloutProducer(kafka) as producer,
+    ):
+        await saturated(producer, watcher, 20)  # warm-up: page cache, cgroup slots, connections
+        for name, completions in makespan_batches(seed=17).items():
+            runs[name] = await one_makespan(producer, scored, watcher, completions, cores)
+            say(f"makespan, {name}: {runs[name]['makespan_s']} s = {runs[name]['ratio']}x bound")
+    return {"cores": cores, "runs": runs, "worst_ratio": max(r["ratio"] for r in runs.values())}
+
+
 # -- 3. the result cache -------------------------------------------------------------
 
 
@@ -503,7 +611,11 @@ def targets(result: dict[str, Any]) -> list[tuple[str, Target]]:
         p99 = triv["produce_to_reward_ms"]["p99"]
         found.append(("p99_trivial_half_saturation", Target(
             "p99 produce->reward, trivial programs at half saturation",
-            p99, 50, at_most=True, strict=True, unit=" ms")))  # fmt: skip
+            p99, 30, at_most=True, strict=True, unit=" ms")))  # fmt: skip
+    if span := result.get("makespan"):
+        found.append(("makespan", Target(
+            "batch makespan / (work / cores + longest sample), worst batch",
+            span["worst_ratio"], 1.2, at_most=True, unit="x")))  # fmt: skip
     if cache_result := result.get("cache"):
         found.append(("cache_half_duplicates", Target(
             "time-to-all-rewards, 50 % duplicates / all distinct", cache_result["ratio"], 0.6,
@@ -531,6 +643,14 @@ def print_report(result: dict[str, Any]) -> None:
             f"hits {hits} of {c['half_duplicates']['distinct_programs']} possible) "
             f"-> ratio {c['ratio']}"
         )
+    if span := result.get("makespan"):
+        for name, r in span["runs"].items():
+            print(
+                f"  makespan {name}: {r['makespan_s']} s for {r['work_s']} s of work "
+                f"(longest {r['longest_s']} s) on {span['cores']} -> {r['ratio']}x the bound "
+                f"{r['bound_s']} s ({r['over_lower_bound']}x the best any schedule could do, "
+                f"{r['lower_bound_s']} s); per worker {r['per_worker']}"
+            )
     print("targets:")
     for _, target in targets(result):
         print(target.line())
@@ -580,6 +700,8 @@ async def run(args: argparse.Namespace) -> None:
             result["trivial"] = await half_saturation(where, plan)
         if "cache" in phases:
             result["cache"] = await cache(where, plan)
+        if "makespan" in phases:
+            result["makespan"] = await makespan(where, plan)
     print_report(result)
     result["targets"] = {key: t.as_json() for key, t in targets(result)}
     result["meta"] = {
@@ -600,8 +722,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bootstrap-servers", help="use this cluster, not an embedded broker")
     parser.add_argument(
         "--phases",
-        default="throughput,trivial,cache",
-        help="comma-separated subset of throughput,trivial,cache (default: all)",
+        default="throughput,trivial,cache,makespan",
+        help="comma-separated subset of throughput,trivial,cache,makespan (default: all)",
     )
     # Internal: the executor-alone baseline runs in a pinned child process of its own.
     parser.add_argument("--executor-alone", type=int, help=argparse.SUPPRESS)
