@@ -13,7 +13,8 @@ Four measurements, each on fresh topics (a new uuid prefix per phase):
 2. Latency for trivial programs (``print(int(input())+1)``, distinct code per
    sample) at half of saturation: saturated throughput first, then evenly
    spaced sends at 50 % of it for 1 s of warm-up (reported apart) and ~10 s
-   measured; p50/p99 produce→reward.
+   measured; p50/p99 produce→reward; then the same at a tenth of saturation, to
+   show what is left when executions do not wait for a core.
 3. The result cache: N completions of which each distinct program appears
    twice, against N all-distinct ones (cache on; fresh workers, warmed up on 16
    trivial programs first); time-to-all-rewards ratio, two runs each in ABBA order.
@@ -385,8 +386,11 @@ async def half_saturation(where: Cluster, plan: Plan) -> dict[str, Any]:
         warmup, timeline = await paced(
             producer, watcher, sat / 2, plan.paced_seconds, PACED_WARMUP_S
         )
+        # The same at a tenth of saturation: what is left when nothing waits for a core.
+        _, idle = await paced(producer, watcher, sat / 10, plan.paced_seconds, PACED_WARMUP_S)
     reward_ms = timeline.reward_ms(watcher)
     ours = [watcher.rewards[k] for k in timeline.sent_at]
+    idle_ms = idle.reward_ms(watcher)
     return {
         "saturated_per_s": round(sat, 2),
         "saturated_cpu_ms_per_completion": cpu,
@@ -397,6 +401,11 @@ async def half_saturation(where: Cluster, plan: Plan) -> dict[str, Any]:
         "stages": stage_breakdown(ours, reward_ms),
         "verdicts": dict(Counter(str(e.verdict) for e in ours)),
         "cache_hits": sum(1 for e in ours if e.cache_hit),
+        "tenth_saturation": {
+            "paced_per_s": round(sat / 10, 2),
+            "produce_to_reward_ms": percentiles(list(idle_ms.values())),
+            "stages": stage_breakdown((watcher.rewards[k] for k in idle.sent_at), idle_ms),
+        },
     }
 
 
@@ -634,6 +643,16 @@ def print_report(result: dict[str, Any]) -> None:
             f"p50 {lat['p50']} ms, p99 {lat['p99']} ms "
             f"(first second, not counted: p50 {warm['p50']} ms, p99 {warm['p99']} ms)"
         )
+        for label, part in (("half", triv), ("tenth", triv["tenth_saturation"])):
+            st = part["stages"]
+            print(
+                f"  trivial at {part['paced_per_s']}/s ({label}): "
+                f"p50 {part['produce_to_reward_ms']['p50']} ms, "
+                f"p99 {part['produce_to_reward_ms']['p99']} ms; p50/p99 of queue "
+                f"{st['queue_ms']['p50']}/{st['queue_ms']['p99']}, exec "
+                f"{st['exec_ms']['p50']}/{st['exec_ms']['p99']}, rest "
+                f"{st['rest_ms']['p50']}/{st['rest_ms']['p99']} ms"
+            )
     if c := result.get("cache"):
         mean = c["mean_time_to_all_rewards_s"]
         hits = [r["cache_hits"] for r in c["runs"]["half_duplicates"]]
