@@ -181,7 +181,8 @@ class RolloutProducer(Lifecycle):
             )
 
     async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
-        _refuse_canary_space(completion.batch_id)
+        if completion.reply_topic is None:  # its reward goes to the aggregator
+            _refuse_canary_space(completion.batch_id)
         topic = self._kafka.topics.completions
         partition = await self._next_partition(topic, completion)
         attributes = {
@@ -213,7 +214,11 @@ class RolloutProducer(Lifecycle):
 
 
 def _refuse_canary_space(batch_id: str) -> None:
-    """The aggregator ignores canary batch ids: a learner batch named so would never come."""
+    """The aggregator ignores canary batch ids: a learner batch named so would never come.
+
+    A completion with a ``reply_topic`` (a canary, a verl sample) is exempt: its
+    reward goes to that topic, never to the aggregator.
+    """
     if is_canary_batch(batch_id):
         raise ValueError(f"batch id {batch_id!r} is in the judge-canary space; rename the batch")
 

@@ -34,6 +34,7 @@ from schemas import (
     RewardEvent,
     Topics,
     Verdict,
+    decode,
     is_canary_batch,
 )
 
@@ -290,3 +291,19 @@ async def test_the_producer_refuses_learner_batches_in_the_canary_space() -> Non
             await out.publish(Completion(sample_id="s", batch_id="canary-1", code="print(1)"))
     assert fake.records(kafka.topics.manifests) == []
     assert fake.records(kafka.topics.completions) == []
+
+
+async def test_the_producer_publishes_a_canary_whose_reward_goes_to_its_reply_topic() -> None:
+    """A canary names the loop's reply topic: its reward never reaches the aggregator."""
+    kafka = KafkaSettings("fake:9092", topics=Topics(prefix="unit."))
+    fake = FakeBroker(partitions=1)
+    for topic in kafka.topics.all():
+        fake.create_topic(topic)
+    reply_topic = kafka.topics.reply_topic("canary-1")
+    canary = Completion(
+        sample_id="s", batch_id="canary-1", code="print(1)", reply_topic=reply_topic
+    )
+    async with RolloutProducer(kafka, clients=fake) as out:
+        await out.publish(canary)
+    (record,) = fake.records(kafka.topics.completions)
+    assert decode(record.value, Completion) == canary
