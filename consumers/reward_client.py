@@ -2,7 +2,9 @@
 
 verl's reward loop asks for one sample's reward at a time (``run_single``), from
 several processes at once (``reward.num_workers``, 8 by default). Each process
-runs one :class:`RewardClient`: one producer, and one reader of a reply topic of
+runs one :class:`RewardClient`: one trainer-side publisher
+(:class:`~producers.RolloutProducer`: the same partitioning, headers and
+``publish completion`` span as a trainer's completions), and one reader of a reply topic of
 its own (``Topics.reply_topic``: one partition, created at start, deleted at
 stop), which the workers send this client's rewards to instead of the shared
 rewards topic. So a process reads exactly its own rewards, and what it costs the
@@ -12,9 +14,10 @@ Each suite is published once per process to the compacted problems topic; the
 completions that share it (a GRPO group) only name it.
 
 Errors: none of its own. :meth:`RewardClient.score` raises ``TimeoutError`` when
-the reward does not come in time, and the seam's :class:`~kafkaio.KafkaIOError`
-when the broker refuses a publish (or the reply topic cannot be made); the caller
-decides what a sample without a reward scores.
+the reward does not come in time, and the publisher's :class:`~producers.PublishError`
+when the broker refuses a publish; :meth:`RewardClient.start` raises that too (the
+publisher cannot connect), or the seam's :class:`~kafkaio.KafkaIOError` (the reply
+topic cannot be made or read). The caller decides what a sample without a reward scores.
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 
 import msgspec
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind
 
 from kafkaio import (
     AioClients,
@@ -42,24 +43,19 @@ from kafkaio import (
     ConsumerOptions,
     KafkaIOError,
     Lifecycle,
-    Producer,
-    ProducerOptions,
     TopicPartition,
     TopicSpec,
     ensure_topic,
     running,
 )
+from producers import ProducerConfig, RolloutProducer
 from schemas import (
-    CONTENT_TYPE,
-    MAX_RECORD_BYTES,
     Completion,
     KafkaSettings,
     ProblemRecord,
     RewardEvent,
     SchemaError,
     decode,
-    encode,
-    inject_context,
 )
 
 __all__ = [
@@ -71,10 +67,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer(__name__)
 
 # Replies are read within seconds; an abandoned reply topic keeps nothing for long.
 _REPLY_RETENTION_MS = 3_600_000
+
+
+def _publisher_config() -> ProducerConfig:
+    # Each caller waits on its own sample's publish: linger less than a trainer's batch does.
+    return ProducerConfig(linger_ms=2)
 
 
 def _client_name() -> str:
@@ -93,6 +93,7 @@ class RewardClientConfig:
     # Suites this process remembers having published (least recent forgotten first).
     max_problems_remembered: int = 65_536
     topic_wait_s: float = 30.0
+    publisher: ProducerConfig = field(default_factory=_publisher_config)
 
 
 @dataclass
@@ -125,7 +126,7 @@ class RewardClient(Lifecycle):
         self.config = config or RewardClientConfig()
         self.reply_topic = kafka.topics.reply_topic(self.config.name)
         self.stats = RewardClientStats()
-        self._producer: Producer | None = None
+        self._publisher: RolloutProducer | None = None
         self._consumer: Consumer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[RewardEvent]] = {}
@@ -135,22 +136,15 @@ class RewardClient(Lifecycle):
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create the reply topic, start reading it from its start, connect the producer."""
+        """Create the reply topic, start reading it from its start, connect the publisher."""
         await self._create_reply_topic()
         consumer = self._clients.consumer(ConsumerOptions(fetch_max_wait_ms=100))
         await consumer.start()
         consumer.assign([TopicPartition(self.reply_topic, 0)])
         self._consumer = consumer
-        self._producer = self._clients.producer(
-            ProducerOptions(
-                acks="all",
-                idempotent=True,
-                linger_ms=2,
-                compression="lz4",
-                max_request_bytes=MAX_RECORD_BYTES,  # CodeContests-sized suites
-            )
-        )
-        await self._producer.start()
+        publisher = RolloutProducer(self._kafka, self.config.publisher, clients=self._clients)
+        await publisher.start()
+        self._publisher = publisher
         self._reader = asyncio.create_task(self._read_replies(consumer))
 
     async def stop(self) -> None:
@@ -164,10 +158,12 @@ class RewardClient(Lifecycle):
             if not future.done():
                 future.set_exception(RuntimeError("reward client stopped"))
         self._waiting.clear()
-        for client in (self._producer, self._consumer):
-            if client is not None:
-                await client.stop()
-        self._producer = self._consumer = None
+        if self._publisher is not None:
+            await self._publisher.stop()
+            self._publisher = None
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
         await self._delete_reply_topic()
 
     # -- scoring ---------------------------------------------------------------
@@ -217,31 +213,11 @@ class RewardClient(Lifecycle):
         await asyncio.shield(published)
 
     async def _publish_problem(self, problem: ProblemRecord) -> None:
-        await self._running().send_and_wait(
-            self._kafka.topics.problems,
-            encode(problem),
-            key=problem.problem_id.encode(),
-            headers=[CONTENT_TYPE],
-        )
+        await self._running().publish_problem(problem)
         self.stats.problems_published += 1
 
     async def _publish(self, completion: Completion) -> None:
-        topic = self._kafka.topics.completions
-        attributes = {
-            "messaging.system": "kafka",
-            "messaging.destination.name": topic,
-            "messaging.operation.type": "send",
-            "rewardbus.sample_id": completion.sample_id,
-        }
-        with tracer.start_as_current_span(
-            "publish completion", kind=SpanKind.PRODUCER, attributes=attributes
-        ):
-            await self._running().send_and_wait(
-                topic,
-                encode(completion),
-                key=completion.sample_id.encode(),
-                headers=inject_context([CONTENT_TYPE]),
-            )
+        await self._running().publish(completion)
         self.stats.published += 1
 
     async def _read_replies(self, consumer: Consumer) -> None:
@@ -294,12 +270,12 @@ class RewardClient(Lifecycle):
     @property
     def running(self) -> bool:
         """Started and not stopped."""
-        return self._producer is not None
+        return self._publisher is not None
 
-    def _running(self) -> Producer:
-        if self._producer is None:
+    def _running(self) -> RolloutProducer:
+        if self._publisher is None:
             raise RuntimeError("RewardClient is not started (use start() or async with)")
-        return self._producer
+        return self._publisher
 
 
 class SharedRewardClients:

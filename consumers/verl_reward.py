@@ -49,6 +49,7 @@ from consumers.verl_tasks import (
     task_from_verl,
 )
 from kafkaio import KafkaIOError
+from producers import PublishError
 from schemas import KafkaSettings, Topics, Verdict
 
 __all__ = ["RewardbusRewardManager", "compute_score", "score_sample"]
@@ -136,7 +137,7 @@ async def score_sample(
             log.warning("no reward within %.0f s (%s)", settings.sample_timeout_s, data_source)
             span.set_status(Status(StatusCode.ERROR, "no reward in time"))
             return _counted(failure_result("timeout", settings, timed_out=True))
-        except KafkaIOError as exc:
+        except (KafkaIOError, PublishError) as exc:  # the client's start, or the publish
             log.warning("publishing a %s sample failed: %s", data_source, exc.reason)
             span.set_status(Status(StatusCode.ERROR, exc.reason))
             return _counted(failure_result(str(Verdict.SANDBOX_ERROR), settings, timed_out=False))

@@ -1,5 +1,9 @@
 """The trainer-side publisher: completions, batch manifests and shared test suites.
 
+It is the one publisher of completions and problems: the learner-side reward
+client (``consumers.reward_client``, for verl and the judge canaries) publishes
+through it too, so every completion gets the same partitioning, headers and span.
+
 A record the broker does not take is :class:`~producers.errors.PublishError`.
 """
 
@@ -63,10 +67,10 @@ class ProducerConfig:
 class RolloutProducer(Lifecycle):
     """Publishes completions (key ``sample_id``), manifests (key ``batch_id``) and problems.
 
-    Each completion starts the sample's trace: the ``publish completion`` span's
-    context travels in the record headers to the sandbox worker and the aggregator.
-    ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for
-    ``kafka``).
+    Each completion starts the sample's trace (or joins the caller's current span):
+    the ``publish completion`` span's context travels in the record headers to the
+    sandbox worker and the aggregator. ``clients`` makes the Kafka clients (default:
+    :class:`~kafkaio.AioClients` for ``kafka``).
     """
 
     def __init__(

@@ -10,7 +10,7 @@ rollout held in memory). A :class:`BatchWindow` makes the publisher wait instead
     window.release(batch_id)         # when the learner has the batch's ScoredBatch
 
 The learner side (``consumers.LearnerSource``) takes ``window.release`` as a
-callback; the two packages never import each other.
+callback, so it works with any window (``producers`` never imports ``consumers``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span, Status, StatusCode
 
 from consumers.reward_client import RewardClient, RewardClientConfig
-from kafkaio import KafkaIOError
+from producers import PublishError
 from rewardbus.canary.compare import Mismatch, compare
 from rewardbus.canary.golden import Canary
 from schemas import CANARY_BATCH_PREFIX, Completion, KafkaSettings, RewardEvent
@@ -303,7 +303,7 @@ async def _judge_one(
         except TimeoutError:
             error = f"no reward within {config.answer_timeout_s:g} s"
             outcome = CanaryOutcome(canary, sample_id, None, error=error)
-        except KafkaIOError as exc:  # the next tick tries again; the broker may be back
+        except PublishError as exc:  # the next tick tries again; the broker may be back
             outcome = CanaryOutcome(canary, sample_id, None, error=f"publish failed: {exc.reason}")
         else:
             outcome = CanaryOutcome(canary, sample_id, event, compare(canary, event))

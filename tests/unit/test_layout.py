@@ -11,6 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("producers", "sandbox_workers", "consumers")
+# The components each one may import besides schemas and kafkaio (DESIGN §3).
+BELOW: dict[str, set[str]] = {
+    "producers": set(),
+    "sandbox_workers": set(),
+    "consumers": {"producers"},
+}
 # Kept reproduction script of the faust failure (DESIGN §8), not part of the service.
 EXEMPT = ROOT / "consumers" / "faust_repro"
 # Package roots of the error tree: every other exception of a package descends from one.
@@ -66,14 +72,37 @@ def test_components_reach_kafka_only_through_the_seam(package: str) -> None:
 
 
 @pytest.mark.parametrize("package", COMPONENTS)
-def test_components_import_neither_each_other_nor_the_app_shell(package: str) -> None:
-    forbidden = {*COMPONENTS, "rewardbus"} - {package}
+def test_components_import_only_the_components_below_them_never_the_app_shell(
+    package: str,
+) -> None:
+    """consumers may import producers (the learner side drives the trainer-side
+    publisher); producers never import consumers; sandbox_workers imports neither."""
+    forbidden = {*COMPONENTS, "rewardbus"} - {package} - BELOW[package]
     offenders = {
         str(p.relative_to(ROOT)): sorted(imported(p) & forbidden)
         for p in sources(package)
         if imported(p) & forbidden
     }
     assert offenders == {}
+
+
+def test_the_learner_side_publishes_completions_and_problems_only_through_producers() -> None:
+    """One publisher: no consumers module names the completions or problems topic itself
+    (the reward client hands its records to ``producers.RolloutProducer``)."""
+    named = {
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in sources("consumers")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in {"completions", "problems"}
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "topics"
+    }
+    assert named == set()
+    publishers = {
+        str(p.relative_to(ROOT)) for p in sources("consumers") if "producers" in imported(p)
+    }
+    assert "consumers/reward_client.py" in publishers
 
 
 def test_the_seam_imports_only_schemas_of_ours() -> None:
