@@ -9,7 +9,7 @@ batch is marked emitted only after the broker has it: a crash anywhere redeliver
 input (deduplicated by sample_id) or re-emits a batch (deduplicated by the learner
 by batch_id), and never loses either.
 
-Why not faust: see consumers/faust_repro/README.md.
+Why not faust: see benchmarks/faust_repro/README.md.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def ends_of(records: dict[str, tuple[int, int]], partition: int) -> int:
 
 def spawn(bootstrap: str, prefix: str, data_dir: str, log: str) -> subprocess.Popen[bytes]:
     guarantee = os.environ.get("REPRO_GUARANTEE", "at_least_once")
-    return subprocess.Popen(  # noqa: S603 - our own interpreter and script
+    return subprocess.Popen(
         [
             sys.executable,
             __file__,
