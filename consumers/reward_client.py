@@ -44,8 +44,8 @@ from kafkaio import (
     KafkaIOError,
     Lifecycle,
     TopicPartition,
-    TopicSpec,
     ensure_topic,
+    reply_topic_spec,
     running,
 )
 from producers import ProducerConfig, RolloutProducer
@@ -67,9 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Replies are read within seconds; an abandoned reply topic keeps nothing for long.
-_REPLY_RETENTION_MS = 3_600_000
 
 
 def _publisher_config() -> ProducerConfig:
@@ -254,9 +251,7 @@ class RewardClient(Lifecycle):
             replication = self.config.reply_replication_factor
             if replication is None:
                 replication = min(3, max(1, await admin.broker_count()))
-            spec = TopicSpec(
-                self.reply_topic, 1, replication, {"retention.ms": str(_REPLY_RETENTION_MS)}
-            )
+            spec = reply_topic_spec(self.reply_topic, replication)
             await ensure_topic(admin, spec, timeout_s=self.config.topic_wait_s)
 
     async def _delete_reply_topic(self) -> None:

@@ -22,23 +22,24 @@ from kafkaio import (
     Producer,
     TopicNotFound,
     TopicPartition,
-    TopicSpec,
     ensure_topic,
     running,
+    table_spec,
     wait_for_topics,
 )
-from schemas import AggregatorRecord, KafkaSettings, SchemaError, decode_state, encode_state
+from schemas import (
+    AggregatorRecord,
+    KafkaSettings,
+    Replication,
+    SchemaError,
+    decode_state,
+    encode_state,
+)
 
 __all__ = ["AggregatorError", "StateStore", "prepare_topics"]
 
 log = logging.getLogger(__name__)
 
-_STATE_TOPIC_CONFIG = {
-    "cleanup.policy": "compact",
-    # Compaction never touches the active segment: roll it hourly so that restores
-    # read compacted state rather than a day of history.
-    "segment.ms": str(3600 * 1000),
-}
 _RESTORE_POLL_MS = 200
 # Restores read the state topic as written (it is never written in a transaction).
 _READER = ConsumerOptions(read_committed=False)
@@ -51,8 +52,9 @@ class AggregatorError(ConsumerError):
 async def prepare_topics(kafka: KafkaSettings, *, wait_s: float, clients: Clients) -> int:
     """Check that manifests and rewards are co-partitioned; make sure the state topic exists.
 
-    Returns the shared partition count. The state topic is created (compacted, with
-    that partition count) when missing; an existing one must have the same count.
+    Returns the shared partition count. The state topic is created when missing (as
+    the topic table says, with that partition count and the rewards topic's replica
+    count); an existing one must have the same partition count.
     """
     topics = kafka.topics
     admin = clients.admin()
@@ -70,8 +72,11 @@ async def prepare_topics(kafka: KafkaSettings, *, wait_s: float, clients: Client
                 f"{topics.rewards} has {rewards.partitions}: they must be co-partitioned "
                 "(equal counts) so that one instance sees everything about a batch"
             )
-        spec = TopicSpec(
-            topics.aggregator_state, rewards.partitions, rewards.replicas, _STATE_TOPIC_CONFIG
+        spec = table_spec(
+            topics,
+            "aggregator_state",
+            partitions=rewards.partitions,
+            replication=Replication(rewards.replicas),
         )
         state = await ensure_topic(admin, spec, timeout_s=30.0)
     if state.partitions != rewards.partitions:

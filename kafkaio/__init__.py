@@ -16,7 +16,8 @@ defaults to :class:`AioClients` for their ``KafkaSettings``.
     aio.py         AioClients: those protocols over aiokafka (errors translated)
     fake.py        FakeBroker: the same protocols in memory, for unit tests
     lifecycle.py   Lifecycle (start/stop + async with), running(*parts)
-    topics.py      wait_for_topics, topic_partitions, assign_from, assign_at, ensure_topic
+    topics.py      wait_for_topics, topic_partitions, assign_from, assign_at, ensure_topic(s),
+                   table_spec(s), reply_topic_spec: topics from schemas.TOPIC_TABLE
     produce.py     send_with_retries (bounded retries of retriable produce errors)
     deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
     table.py       CompactedTopicReader: a compacted topic as an in-memory table
@@ -54,6 +55,10 @@ from kafkaio.topics import (
     assign_at,
     assign_from,
     ensure_topic,
+    ensure_topics,
+    reply_topic_spec,
+    table_spec,
+    table_specs,
     topic_partitions,
     wait_for_topics,
 )
@@ -90,9 +95,13 @@ __all__ = [
     "assign_at",
     "assign_from",
     "ensure_topic",
+    "ensure_topics",
     "partition_lags",
+    "reply_topic_spec",
     "running",
     "send_with_retries",
+    "table_spec",
+    "table_specs",
     "topic_partitions",
     "wait_for_topics",
 ]

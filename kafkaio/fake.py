@@ -45,6 +45,8 @@ class FakeBroker:
     def __init__(self, *, partitions: int = 1) -> None:
         self.default_partitions = partitions
         self.logs: dict[str, list[list[Record]]] = {}
+        # What each topic was created with through an admin (kept, not enforced).
+        self.topic_configs: dict[str, dict[str, str]] = {}
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.commit_log: list[tuple[str, dict[TopicPartition, int]]] = []
         self.consumers: list[FakeConsumer] = []
@@ -367,14 +369,17 @@ class FakeAdmin(_Client):
         return {name: TopicInfo(name, len(logs[name]), 1) for name in names if name in logs}
 
     async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
-        """Create the missing ones (configs are not modelled)."""
+        """Create the missing ones (their configs are kept, not enforced)."""
         for spec in specs:
+            if spec.name not in self._broker.logs:
+                self._broker.topic_configs[spec.name] = dict(spec.config)
             self._broker.create_topic(spec.name, spec.partitions)
 
     async def delete_topics(self, names: Sequence[str]) -> None:
         """Forget the topics."""
         for name in names:
             self._broker.logs.pop(name, None)
+            self._broker.topic_configs.pop(name, None)
 
     async def broker_count(self) -> int:
         """One."""

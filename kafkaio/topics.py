@@ -1,4 +1,4 @@
-"""Waiting for topics, and creating one that may not exist yet."""
+"""Waiting for topics, and creating those that may not exist yet (from the topic table)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,19 @@ from kafkaio.lifecycle import running
 from kafkaio.options import TopicInfo, TopicSpec
 from kafkaio.protocols import Admin, Clients, Consumer
 from kafkaio.records import TopicPartition
+from schemas import REPLY_TOPIC, TOPIC_TABLE, Replication, TopicRole, Topics
 
-__all__ = ["assign_at", "assign_from", "ensure_topic", "topic_partitions", "wait_for_topics"]
+__all__ = [
+    "assign_at",
+    "assign_from",
+    "ensure_topic",
+    "ensure_topics",
+    "reply_topic_spec",
+    "table_spec",
+    "table_specs",
+    "topic_partitions",
+    "wait_for_topics",
+]
 
 
 async def wait_for_topics(
@@ -83,14 +94,53 @@ async def assign_at(
             consumer.seek(tp, offsets[tp.partition])
 
 
-async def ensure_topic(admin: Admin, spec: TopicSpec, *, timeout_s: float) -> TopicInfo:
-    """``spec``'s topic as it is in the cluster: created first when it is missing.
+def table_spec(
+    topics: Topics, role: TopicRole, *, partitions: int, replication: Replication | None = None
+) -> TopicSpec:
+    """``role``'s topic as :data:`schemas.TOPIC_TABLE` says, in a deployment of ``partitions``."""
+    settings = TOPIC_TABLE[role]
+    replication = replication or Replication()
+    return TopicSpec(
+        topics.name(role),
+        settings.partitions(partitions),
+        replication.factor,
+        settings.config() | replication.config(),
+    )
 
-    An existing topic is returned as it is (its partition count may differ from
-    ``spec``'s: callers that depend on it check).
+
+def table_specs(
+    topics: Topics, *, partitions: int, replication: Replication | None = None
+) -> list[TopicSpec]:
+    """Every topic of the deployment, in creation order, as the table says."""
+    return [
+        table_spec(topics, role, partitions=partitions, replication=replication)
+        for role in TOPIC_TABLE
+    ]
+
+
+def reply_topic_spec(name: str, replication_factor: int) -> TopicSpec:
+    """A waiting client's reply topic (``Topics.reply_topic``), as the table says."""
+    return TopicSpec(name, REPLY_TOPIC.partitions(1), replication_factor, REPLY_TOPIC.config())
+
+
+async def ensure_topics(
+    admin: Admin, specs: Sequence[TopicSpec], *, timeout_s: float
+) -> dict[str, TopicInfo]:
+    """The topics as they are in the cluster: those missing created first.
+
+    Idempotent, and safe when another process creates them at the same time. An
+    existing topic is returned as it is (neither its partition count nor its configs
+    are changed to ``specs``': callers that depend on them check).
     """
-    found = await admin.describe_topics([spec.name])
-    if spec.name not in found:
-        await admin.create_topics([spec])
-        found = await wait_for_topics(admin, [spec.name], timeout_s=timeout_s)
-    return found[spec.name]
+    names = [spec.name for spec in specs]
+    found = await admin.describe_topics(names)
+    missing = [spec for spec in specs if spec.name not in found]
+    if missing:
+        await admin.create_topics(missing)
+        found = await wait_for_topics(admin, names, timeout_s=timeout_s)
+    return found
+
+
+async def ensure_topic(admin: Admin, spec: TopicSpec, *, timeout_s: float) -> TopicInfo:
+    """``spec``'s topic as it is in the cluster: created first when it is missing."""
+    return (await ensure_topics(admin, [spec], timeout_s=timeout_s))[spec.name]

@@ -1,32 +1,21 @@
-"""Topic creation, with rewards, manifests and scored batches co-partitioned."""
+"""Topic creation from the one topic table (``schemas.TOPIC_TABLE``), and group waits."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
-from schemas import MAX_RECORD_BYTES, KafkaSettings
+import kafkaio
+from kafkaio import AioClients, Clients, running, table_specs
+from schemas import KafkaSettings, Replication
 
 __all__ = ["await_group_members", "ensure_topics"]
 
-# Completions, problems and the DLQ take records up to schemas.MAX_RECORD_BYTES.
-_LARGE = {"max.message.bytes": str(MAX_RECORD_BYTES)}
-_COMPACTED = {"cleanup.policy": "compact"}
-# The attempts ledger holds one live entry per record in flight: its tombstones
-# must go soon (every worker replays the topic), so segments roll and clean often.
-_ATTEMPTS = _COMPACTED | {
-    "segment.ms": "60000",
-    "min.cleanable.dirty.ratio": "0.1",
-    "delete.retention.ms": "60000",
-}
-# Fingerprints are unbounded (every distinct program adds one), and every worker
-# replays the topic at start-up: compaction alone would let it grow forever, so
-# entries also expire after a week (docs/result-cache.md).
-_RESULT_CACHE = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
+# A topic just created takes a moment to appear in every broker's metadata.
+_CREATION_WAIT_S = 30.0
 
 
 async def ensure_topics(
@@ -35,52 +24,21 @@ async def ensure_topics(
     partitions: int = 4,
     replication_factor: int = 1,
     min_insync_replicas: int | None = None,
+    clients: Clients | None = None,
 ) -> None:
-    """Create every rewardbus topic that does not exist yet.
+    """Create every rewardbus topic that does not exist yet, as the topic table says.
 
-    Rewards, manifests and scored batches share one partition count so that one
-    aggregator instance sees everything about a batch. The problems topic and the
-    aggregator's state topic are compacted (latest value per key); the result
-    cache is compacted and its entries expire. ``min_insync_replicas`` (None: the
-    broker's default) is set on every topic: with replication factor 3 and 2, an
-    acks=all write survives one broker down and is never acknowledged by one alone.
+    ``partitions`` is the deployment's count (the DLQ has one partition; rewards,
+    manifests, scored batches and the aggregator's state are co-partitioned).
+    ``min_insync_replicas`` (None: the broker's default) is set on every topic: with
+    replication factor 3 and 2, an acks=all write survives one broker down and is
+    never acknowledged by one alone. Existing topics are left as they are.
     """
-    t = kafka.topics
-    isr = {} if min_insync_replicas is None else {"min.insync.replicas": str(min_insync_replicas)}
-
-    def topic(name: str, count: int, configs: dict[str, str] | None = None) -> NewTopic:
-        return NewTopic(name, count, replication_factor, topic_configs=(configs or {}) | isr)
-
-    wanted = [
-        topic(t.completions, partitions, _LARGE),
-        topic(t.rewards, partitions),
-        topic(t.manifests, partitions),
-        topic(t.scored, partitions),
-        topic(t.dlq, 1, _LARGE),
-        topic(t.problems, partitions, _COMPACTED | _LARGE),
-        topic(t.aggregator_state, partitions, _COMPACTED),
-        topic(t.result_cache, partitions, _RESULT_CACHE),
-        topic(t.attempts, partitions, _ATTEMPTS),
-    ]
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [topic for topic in wanted if topic.name not in existing]
-        if missing:
-            with contextlib.suppress(TopicAlreadyExistsError):  # another process was first
-                await admin.create_topics(missing)
-        await _wait_for_metadata(admin, [topic.name for topic in wanted])
-    finally:
-        await admin.close()
-
-
-async def _wait_for_metadata(admin: AIOKafkaAdminClient, names: list[str]) -> None:
-    for _ in range(100):
-        if set(names) <= set(await admin.list_topics()):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"topics not visible after creation: {names}")
+    replication = Replication(replication_factor, min_insync_replicas)
+    specs = table_specs(kafka.topics, partitions=partitions, replication=replication)
+    admin = (clients or AioClients(kafka)).admin()
+    async with running(admin):
+        await kafkaio.ensure_topics(admin, specs, timeout_s=_CREATION_WAIT_S)
 
 
 async def await_group_members(

@@ -44,14 +44,27 @@ from schemas.state import (
     encode_state,
     state_key,
 )
-from schemas.topics import MAX_RECORD_BYTES, Topics
+from schemas.topics import (
+    MAX_RECORD_BYTES,
+    REPLICATED,
+    REPLY_TOPIC,
+    TOPIC_TABLE,
+    Partitioning,
+    Replication,
+    TopicRole,
+    Topics,
+    TopicSettings,
+)
 
 __all__ = [
     "CANARY_BATCH_PREFIX",
     "COMPARE_MODES",
     "CONTENT_TYPE",
     "MAX_RECORD_BYTES",
+    "REPLICATED",
+    "REPLY_TOPIC",
     "SCHEMA_VERSION",
+    "TOPIC_TABLE",
     "AggregatorRecord",
     "AssertSuite",
     "Attempt",
@@ -69,7 +82,9 @@ __all__ = [
     "IoSuite",
     "KafkaSettings",
     "Limits",
+    "Partitioning",
     "ProblemRecord",
+    "Replication",
     "RewardEvent",
     "RewardbusError",
     "SampleRecord",
@@ -78,6 +93,8 @@ __all__ = [
     "ScoredSample",
     "TestOutcome",
     "TestSuite",
+    "TopicRole",
+    "TopicSettings",
     "Topics",
     "Verdict",
     "attempt_key",

@@ -28,12 +28,14 @@ from kafkaio import (
     TopicPartition,
     TopicSpec,
     ensure_topic,
+    ensure_topics,
     partition_lags,
     running,
+    table_specs,
     topic_partitions,
     wait_for_topics,
 )
-from schemas import DeadLetter, KafkaSettings, decode
+from schemas import DeadLetter, KafkaSettings, Topics, decode
 
 
 def in_group(group: str) -> ConsumerOptions:
@@ -293,3 +295,17 @@ async def test_a_dead_letter_carries_the_record_and_the_reason(clients: Clients)
         == ("completions", 3, 41, b"key", b"\xc1bytes", "test")
         for x in letters
     )
+
+
+async def test_the_topic_table_is_created_once(clients: Clients) -> None:
+    topics = Topics(prefix=name("table") + ".")
+    admin = clients.admin()
+    async with running(admin):
+        found = await ensure_topics(admin, table_specs(topics, partitions=2), timeout_s=30)
+        # Existing topics are left as they are, whatever the second caller asks for.
+        again = await ensure_topics(admin, table_specs(topics, partitions=3), timeout_s=30)
+        await admin.delete_topics(topics.all())
+    assert found == again
+    assert {info.name: info.partitions for info in found.values()} == {
+        name: 1 if name == topics.dlq else 2 for name in topics.all()
+    }
