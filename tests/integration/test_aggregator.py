@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from consumers import AggregatorConfig, ScoredBatches, grpo_advantages, run_aggregator
+from kafkaio import AioClients, ensure_topics, running, table_spec
 from schemas import (
     BatchManifest,
     DeadLetter,
@@ -23,6 +24,7 @@ from schemas import (
     RewardEvent,
     SampleRecord,
     ScoredBatch,
+    TopicRole,
     Verdict,
     decode,
     decode_state,
@@ -41,20 +43,11 @@ PARTITIONS = 4
 
 async def create_topics(kafka: KafkaSettings) -> None:
     """Manifests, rewards and scored co-partitioned; the aggregator creates its state topic."""
-    t = kafka.topics
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(t.manifests, PARTITIONS, 1),
-                NewTopic(t.rewards, PARTITIONS, 1),
-                NewTopic(t.scored, PARTITIONS, 1),
-                NewTopic(t.dlq, 1, 1),
-            ]
-        )
-    finally:
-        await admin.close()
+    roles: list[TopicRole] = ["manifests", "rewards", "scored", "dlq"]
+    admin = AioClients(kafka).admin()
+    async with running(admin):
+        specs = [table_spec(kafka.topics, role, partitions=PARTITIONS) for role in roles]
+        await ensure_topics(admin, specs, timeout_s=30)
 
 
 def make_manifest(

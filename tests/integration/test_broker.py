@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from kafkaio import AioClients, TopicSpec, ensure_topic, running
 from rewardbus.broker import (
     BrokerConfig,
     BrokerError,
@@ -23,6 +23,7 @@ from rewardbus.broker import (
     log4j2_properties,
     serve,
 )
+from schemas import KafkaSettings
 from tests.processes import exited_within
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,12 +46,9 @@ def _processes_mentioning(text: str) -> list[int]:
 
 async def _create_topic(bootstrap: str, partitions: int = 2) -> str:
     topic = f"test-broker-{uuid.uuid4().hex[:12]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
+    admin = AioClients(KafkaSettings(bootstrap)).admin()
+    async with running(admin):
+        await ensure_topic(admin, TopicSpec(topic, partitions), timeout_s=30)
     return topic
 
 

@@ -9,12 +9,14 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from kafkaio import AioClients, ensure_topic, running, table_spec
 from producers import RolloutProducer
 from rewardbus.topics import await_group_members, ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
@@ -229,16 +231,11 @@ async def test_a_reward_the_topic_refuses_is_dead_lettered_and_the_partition_mov
     kafka: KafkaSettings,
 ) -> None:
     """A non-retriable produce error (record too large) used to be retried for ever."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:  # a rewards topic that takes only small records
-        await admin.create_topics(
-            [NewTopic(kafka.topics.rewards, 1, 1, topic_configs={"max.message.bytes": "4096"})]
-        )
-    finally:
-        await admin.close()
+    rewards = table_spec(kafka.topics, "rewards", partitions=1)
+    small = replace(rewards, config={**rewards.config, "max.message.bytes": "4096"})
+    admin = AioClients(kafka).admin()
+    async with running(admin):  # a rewards topic that takes only small records
+        await ensure_topic(admin, small, timeout_s=30)
     await ensure_topics(kafka, partitions=1)
     many = IoSuite(inputs=[f"{i} 1\n" for i in range(300)], outputs=["0\n"] * 300)
     big = Completion(sample_id="big", batch_id="b10", code=ADD, tests=many)
