@@ -12,9 +12,24 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from rewardbus.errors import KINDS, ShellError
+
 __all__ = ["main"]
 
 log = logging.getLogger("rewardbus")
+
+# What each exit status means, the same for every command (README: "Exit statuses").
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (0, "done; a check the command ran (demo, judge, canary, doctor) passed"),
+    *((kind.exit_code, kind.meaning) for kind in KINDS),
+    (70, "worker: the event loop stalled (--loop-stall-s); restart it"),
+    (130, "interrupted (Ctrl-C); a second SIGTERM or SIGINT exits 128 + the signal"),
+)
+
+
+def _epilog() -> str:
+    rows = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_STATUSES)
+    return f"exit statuses, the same for every command:\n{rows}"
 
 
 def _shutdown_future(stop_timeout_s: float | None = None) -> asyncio.Future[None]:
@@ -57,7 +72,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rewardbus", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="rewardbus",
+        description=__doc__,
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -314,7 +334,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     from rewardbus import commands
-    from rewardbus.wiring import SandboxUnavailable
 
     handlers: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "demo": commands.demo,
@@ -336,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(handlers[args.command](args))
     except KeyboardInterrupt:
         return 130
-    except (commands.UsageError, SandboxUnavailable) as exc:
+    except ShellError as exc:
         print(f"rewardbus {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":

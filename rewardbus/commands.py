@@ -13,12 +13,12 @@ from typing import Any
 
 from rewardbus import __version__
 from rewardbus.cli import _shutdown_future
+from rewardbus.errors import CommandFailed, Unavailable, UsageError
 from rewardbus.settings import kafka_settings
 from rewardbus.telemetry import MetricsEndpoint, Telemetry, configure_telemetry, configure_tracing
 from schemas import KafkaSettings
 
 __all__ = [
-    "UsageError",
     "aggregator",
     "broker",
     "canary",
@@ -33,10 +33,6 @@ __all__ = [
     "train_demo",
     "worker",
 ]
-
-
-class UsageError(Exception):
-    """A command was given something it cannot work with."""
 
 
 def _telemetry(service: str, args: argparse.Namespace) -> Telemetry:
@@ -249,7 +245,7 @@ async def _jaeger_for_demo() -> str:
     try:
         pid = await ensure_running(config, env=os.environ, log_path=log)
     except (JaegerError, ToolBuildError) as exc:
-        raise UsageError(f"--trace: {exc}") from None
+        raise Unavailable(f"--trace: {exc}") from exc
     if pid is None:
         where = f"the Jaeger already running at {config.query_url}"
     else:
@@ -262,8 +258,7 @@ async def _jaeger_for_demo() -> str:
 
 async def jaeger(args: argparse.Namespace) -> int:
     """``rewardbus jaeger``: Jaeger v2 in the foreground until SIGTERM or Ctrl-C."""
-    from rewardbus.observability.gotools import ToolBuildError
-    from rewardbus.observability.jaeger import JaegerConfig, JaegerError, serve
+    from rewardbus.observability.jaeger import JaegerConfig, serve
 
     config = JaegerConfig(
         otlp_grpc_port=args.otlp_grpc_port,
@@ -281,21 +276,13 @@ async def jaeger(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    try:
-        await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
-    except (JaegerError, ToolBuildError) as exc:
-        raise UsageError(str(exc)) from None
+    await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
     return 0
 
 
 async def trace(args: argparse.Namespace) -> int:
     """``rewardbus trace SAMPLE_ID`` / ``--batch BATCH_ID``: a waterfall from Jaeger's API."""
-    from rewardbus.observability.jaeger_query import (
-        DEFAULT_QUERY_URL,
-        JaegerQuery,
-        JaegerQueryError,
-        TraceNotFound,
-    )
+    from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL, JaegerQuery, TraceNotFound
     from rewardbus.observability.trace_view import (
         batch_trace,
         render_batch,
@@ -321,10 +308,7 @@ async def trace(args: argparse.Namespace) -> int:
     try:
         text = await asyncio.to_thread(waiting_for_spans, show, args.wait)
     except TraceNotFound as exc:
-        print(f"rewardbus trace: {exc} (at {url})", file=sys.stderr)
-        return 1
-    except JaegerQueryError as exc:
-        raise UsageError(str(exc)) from None
+        raise CommandFailed(f"{exc} (at {url})") from exc
     print(text, flush=True)
     return 0
 
@@ -347,11 +331,9 @@ async def train_demo(args: argparse.Namespace) -> int:
     """``rewardbus train-demo``; torch and verl are imported here, never at CLI import."""
     started = time.monotonic()
     try:
-        from rewardbus.train_demo.checkpoint import CheckpointError
-        from rewardbus.train_demo.devices import DeviceUnavailable
         from rewardbus.train_demo.loop import run_train_demo
     except ImportError as exc:
-        raise UsageError(
+        raise Unavailable(
             f"train-demo needs the verl extra ({exc.name} is missing): make setup-verl"
         ) from None
     from rewardbus.train_demo.monitor import AlertRules
@@ -376,15 +358,12 @@ async def train_demo(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        return await run_train_demo(options, shutdown=_shutdown_future(), started=started)
-    except (DeviceUnavailable, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    return await run_train_demo(options, shutdown=_shutdown_future(), started=started)
 
 
 async def prometheus(args: argparse.Namespace) -> int:
     """``rewardbus prometheus``: scrape the given endpoints until SIGTERM."""
-    from rewardbus.observability.prometheus import PrometheusConfig, PrometheusError, serve
+    from rewardbus.observability.prometheus import PrometheusConfig, serve
 
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0 (any free port) to 65535")
@@ -408,11 +387,7 @@ async def prometheus(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    try:
-        await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
-    except PrometheusError as exc:
-        print(f"rewardbus prometheus: {exc}", file=sys.stderr)
-        return 1
+    await serve(config, env=os.environ, shutdown=_shutdown_future(), on_ready=ready)
     return 0
 
 

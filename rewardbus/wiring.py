@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rewardbus.errors import Unavailable
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
 from sandbox_workers.jail import IsolationUnavailable, PoolConfig
 
@@ -19,7 +20,7 @@ class SandboxOptions:
     concurrency: int = 1
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(Unavailable):
     """Strict mode cannot start here; the message says which layers are missing and why."""
 
 

@@ -6,7 +6,7 @@ child JVM in KRaft combined mode (one process is both broker and controller), bo
 PR_SET_PDEATHSIG=SIGKILL from a thread that lives exactly as long as the child
 (`rewardbus.reaped_child`).
 
-Errors: every failure is a `BrokerError` (a `RuntimeError`) whose message says what to do:
+Errors: every failure is a `BrokerError` (a shell `Unavailable`) whose message says what to do:
 java missing, jars missing, the broker died during start-up (with the tail of its log), or
 it did not become ready in time. None of them is worth retrying as is.
 

@@ -14,8 +14,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TextIO
 
-from rewardbus.canary.golden import GoldenSetError, load_golden
+from rewardbus.canary.golden import load_golden
 from rewardbus.canary.loop import CanaryConfig, CanaryOutcome, CanaryStats, run_canaries
+from rewardbus.errors import UsageError
 from schemas import KafkaSettings
 
 __all__ = ["print_outcome", "print_summary", "run_command"]
@@ -26,14 +27,9 @@ async def run_command(
 ) -> int:
     """Run the loop as ``args`` say; 0 when every canary answered matched, 1 otherwise."""
     languages = [x for x in args.languages.split(",") if x] if args.languages else None
-    try:
-        canaries = load_golden(Path(args.golden) if args.golden else None, languages=languages)
-    except GoldenSetError as exc:
-        print(f"rewardbus canary: {exc}", file=sys.stderr)
-        return 2
+    canaries = load_golden(Path(args.golden) if args.golden else None, languages=languages)
     if not canaries:
-        print("rewardbus canary: no canaries selected", file=sys.stderr)
-        return 2
+        raise UsageError("no canaries selected")
     config = CanaryConfig(
         rate_per_s=args.rate,
         max_in_flight=args.max_in_flight,

@@ -36,6 +36,7 @@ from typing import Any
 
 import msgspec
 
+from rewardbus.errors import UsageError
 from schemas import Limits, TestSuite, Verdict
 
 __all__ = ["SHIPPED", "Canary", "CanaryKind", "GoldenSetError", "load_golden", "parse_golden"]
@@ -54,7 +55,7 @@ class CanaryKind(enum.StrEnum):
     HACK = "hack"  # tries to make the judge pass it without solving the problem
 
 
-class GoldenSetError(ValueError):
+class GoldenSetError(UsageError):
     """A golden-set file that does not describe valid canaries (the message says where)."""
 
 

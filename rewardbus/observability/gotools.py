@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rewardbus.errors import Unavailable
+
 __all__ = [
     "JAEGER",
     "PROMETHEUS",
@@ -41,7 +43,7 @@ __all__ = [
 GO_FLAGS = ("-trimpath", "-ldflags=-s -w")
 
 
-class ToolBuildError(RuntimeError):
+class ToolBuildError(Unavailable):
     """A tool could not be built; the message names the command and its output."""
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rewardbus.errors import Unavailable
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
 from rewardbus.ports import free_ports
@@ -52,7 +53,7 @@ _LOG_TAIL_BYTES = 3000
 _PORT_RETRIES = 3
 
 
-class JaegerError(RuntimeError):
+class JaegerError(Unavailable):
     """Jaeger could not be started, or it exited on its own."""
 
 

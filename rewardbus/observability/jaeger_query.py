@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rewardbus.errors import CommandFailed, Unavailable
 from rewardbus.observability.otlp import SpanRecord, spans_from_otlp
 
 __all__ = ["DEFAULT_QUERY_URL", "JaegerQuery", "JaegerQueryError", "TraceNotFound"]
@@ -27,11 +28,11 @@ __all__ = ["DEFAULT_QUERY_URL", "JaegerQuery", "JaegerQueryError", "TraceNotFoun
 DEFAULT_QUERY_URL = "http://127.0.0.1:16686"
 
 
-class JaegerQueryError(RuntimeError):
+class JaegerQueryError(Unavailable):
     """Jaeger's query service could not be reached or answered with an error."""
 
 
-class TraceNotFound(JaegerQueryError):
+class TraceNotFound(CommandFailed):
     """No trace matched (yet: spans reach Jaeger a moment after they end)."""
 
 

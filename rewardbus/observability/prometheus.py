@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rewardbus.errors import Unavailable
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import PROMETHEUS, ensure
 from rewardbus.reaped_child import ReapedChild
@@ -49,7 +50,7 @@ _READY_POLL_S = 0.1
 _PORT_RETRIES = 3
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(Unavailable):
     """Prometheus could not be started, exited on its own, or refused a query."""
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rewardbus.errors import UsageError
 from rewardbus.train_demo.monitor import StepRecord
 
 __all__ = [
@@ -42,7 +43,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 APPLIED_FILE = "applied.jsonl"
 
 
-class CheckpointError(Exception):
+class CheckpointError(UsageError):
     """A checkpoint that is missing, unreadable or made by a run of another shape."""
 
 

@@ -13,12 +13,14 @@ from typing import Literal
 
 import torch
 
+from rewardbus.errors import Unavailable
+
 __all__ = ["DeviceChoice", "DeviceUnavailable", "empty_cache", "resolve_device"]
 
 DeviceChoice = Literal["auto", "cpu", "cuda", "npu"]
 
 
-class DeviceUnavailable(RuntimeError):
+class DeviceUnavailable(Unavailable):
     """The device asked for is not usable on this host (not retriable)."""
 
 

@@ -4,7 +4,7 @@
   container reports every isolation layer active and strict mode ready.
 - Each item of the set is needed: without it, doctor names the layer it costs.
 - Started as an ordinary unprivileged container, a strict worker refuses to start
-  (exit status 2) and names the layers that are missing.
+  (exit status 69, unavailable) and names the layers that are missing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import docker
 import pytest
 
+from rewardbus.errors import Unavailable
 from schemas import KafkaSettings
 from tests.containers.harness import WORKER_IMAGE, least_privilege, worker_container
 
@@ -78,7 +79,7 @@ async def test_unprivileged_worker_refuses_strict_mode(
         out = wrapped.logs().decode(errors="replace")
     finally:
         await asyncio.to_thread(container.stop)
-    assert status["StatusCode"] == 2, out
+    assert status["StatusCode"] == Unavailable.exit_code == 69, out
     assert "isolation layers unavailable" in out, out
     # Docker's defaults lack CAP_SYS_ADMIN (namespaces, mounts) and a writable cgroup tree.
     for layer in ("namespaces", "mounts", "cgroup_memory", "cgroup_pids"):

@@ -24,6 +24,7 @@ ROOTS = {
     "producers": "ProducerError",
     "sandbox_workers": "SandboxWorkerError",
     "consumers": "ConsumerError",
+    "rewardbus": "ShellError",
 }
 BUILTIN_ERRORS = {
     name

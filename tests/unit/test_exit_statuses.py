@@ -1,0 +1,65 @@
+"""One exit status per kind of failure, for every command (README: "Exit statuses")."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardbus import cli
+from rewardbus.broker.errors import BrokerError, PortTaken
+from rewardbus.canary import GoldenSetError
+from rewardbus.errors import KINDS, CommandFailed, ShellError, Unavailable, UsageError
+from rewardbus.observability.gotools import ToolBuildError
+from rewardbus.observability.jaeger import JaegerError
+from rewardbus.observability.jaeger_query import JaegerQueryError, TraceNotFound
+from rewardbus.observability.prometheus import PrometheusError
+from rewardbus.train_demo.checkpoint import CheckpointError
+from rewardbus.train_demo.devices import DeviceUnavailable
+from rewardbus.wiring import SandboxUnavailable
+from schemas import RewardbusError
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (BrokerError, Unavailable),
+        (PortTaken, Unavailable),
+        (JaegerError, Unavailable),
+        (PrometheusError, Unavailable),
+        (JaegerQueryError, Unavailable),
+        (ToolBuildError, Unavailable),
+        (SandboxUnavailable, Unavailable),
+        (DeviceUnavailable, Unavailable),
+        (GoldenSetError, UsageError),
+        (CheckpointError, UsageError),
+        (TraceNotFound, CommandFailed),
+    ],
+)
+def test_each_shell_error_is_one_kind_with_its_exit_status(
+    error: type[ShellError], kind: type[ShellError]
+) -> None:
+    assert issubclass(error, kind)
+    assert issubclass(error, RewardbusError)
+    assert error("x").exit_code == kind.exit_code
+
+
+def test_the_kinds_exit_differently_and_not_as_success() -> None:
+    assert [kind.exit_code for kind in KINDS] == [1, 2, 69]
+
+
+def test_the_cli_prints_a_shell_error_and_exits_with_its_kinds_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["trace"]) == UsageError.exit_code
+    assert "rewardbus trace: give a SAMPLE_ID or --batch BATCH_ID" in capsys.readouterr().err
+    # Port 9 (discard) has no Jaeger: its query service is unavailable.
+    nobody = ["trace", "s-1", "--jaeger-url", "http://127.0.0.1:9", "--wait", "0"]
+    assert cli.main(nobody) == Unavailable.exit_code
+    assert capsys.readouterr().err.startswith("rewardbus trace: ")
+
+
+def test_the_top_level_help_lists_every_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for code in (0, 1, 2, 69, 70, 130):
+        assert f"\n  {code:>3}  " in out
