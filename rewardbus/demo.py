@@ -7,7 +7,7 @@ scored batch; prints a summary; stops everything it started.
 
 With ``workers=0`` it starts nothing: it drives a deployment (infra/compose,
 infra/k8s), whose own workers and aggregator judge and score its batches on the
-deployment's topics (``topic_prefix``, default none).
+deployment's topics (the prefix of ``kafka``'s topics).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from consumers import ScoredBatches
@@ -44,13 +44,15 @@ class DemoOptions:
     json: bool = False
     strict: bool = True
     timeout_s: float = 600.0
-    bootstrap: str | None = None
+    # A cluster to use instead of the embedded broker (None: start one). With
+    # workers == 0 its topic prefix is the deployment's; otherwise the demo's own.
+    kafka: KafkaSettings | None = None
     deadline_s: float = 300.0
     # Jaeger's query URL when spans are exported there (--trace): the demo ends by
     # saying how to look at one sample's trace.
     jaeger_url: str | None = None
-    # The deployment's topic prefix when workers == 0 (the demo's own topics otherwise).
-    topic_prefix: str = ""
+    # The environment of the worker processes it starts (None: this process's).
+    worker_env: Mapping[str, str] | None = None
 
     @property
     def deployed(self) -> bool:
@@ -87,16 +89,15 @@ class _Progress:
 async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
     """Run the demo; 0 when every canonical solution passed and no broken one did."""
     async with contextlib.AsyncExitStack() as stack:
-        if options.bootstrap:
-            bootstrap = options.bootstrap
+        if options.kafka is not None:
+            cluster = options.kafka
         else:
             _say("starting the embedded Kafka broker")
-            bootstrap = await stack.enter_async_context(embedded_broker())
+            cluster = KafkaSettings(await stack.enter_async_context(embedded_broker()))
+        bootstrap = cluster.bootstrap_servers
         run_id = uuid.uuid4().hex[:8]
-        prefix = options.topic_prefix if options.deployed else f"demo-{run_id}."
-        kafka = KafkaSettings(
-            bootstrap_servers=bootstrap, topics=Topics(prefix=prefix), client_id="demo"
-        )
+        prefix = cluster.topics.prefix if options.deployed else f"demo-{run_id}."
+        kafka = replace(cluster, topics=Topics(prefix=prefix), client_id="demo")
         if options.deployed:
             # Its topics, workers and aggregator are the deployment's: start none.
             _say(f"driving the deployment on {bootstrap} (topics prefixed {prefix!r})")
@@ -143,6 +144,7 @@ async def _start_pipeline(
         worker_id_prefix="demo-worker",
         aggregator_group="rewardbus-demo-aggregator",
         partitions=max(4, 2 * options.workers),
+        env=options.worker_env,
     )
     _say(f"{options.workers} sandbox worker processes joined group {WORKER_GROUP!r}")
 

@@ -13,7 +13,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +64,8 @@ class WorkerPoolOptions:
     cpus: Sequence[int] | None = None
     extra_args: Sequence[str] = ()
     worker_id_prefix: str = "worker"
+    # The workers' environment (None: this process's).
+    env: Mapping[str, str] | None = None
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +118,7 @@ async def _spawn_worker(
         stdout=asyncio.subprocess.PIPE,
         stderr=log,  # type: ignore[arg-type]
         preexec_fn=prepare,
+        env=None if options.env is None else dict(options.env),
     )
 
 
@@ -172,9 +175,11 @@ async def local_pipeline(
     worker_id_prefix: str,
     aggregator_group: str,
     partitions: int,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """A run's own topics, sandbox worker processes (their logs in a temporary
-    directory) and aggregator, all stopped with ``stack``."""
+    directory, ``env`` their environment, None: this process's) and aggregator, all
+    stopped with ``stack``."""
     await ensure_topics(kafka, partitions=partitions)
     prefix = f"rewardbus-{worker_id_prefix}-"
     logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
@@ -184,6 +189,7 @@ async def local_pipeline(
         log_dir=logs,
         strict=strict,
         worker_id_prefix=worker_id_prefix,
+        env=env,
     )
     await stack.enter_async_context(worker_pool(kafka, pool))
     await stack.enter_async_context(aggregator(kafka, aggregator_group))

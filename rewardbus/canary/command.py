@@ -1,4 +1,4 @@
-"""``rewardbus canary``: the canary loop as its own process (parsed flags in, exit status out).
+"""``rewardbus canary``: the canary loop as its own process (options in, exit status out).
 
 Its own process, not an option of the aggregator or a worker: it is a prober of
 the whole judging path, one per deployment, started and scaled apart from the
@@ -8,9 +8,9 @@ loop that stalls must not stall aggregation.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -19,22 +19,41 @@ from rewardbus.canary.loop import CanaryConfig, CanaryOutcome, CanaryStats, run_
 from rewardbus.errors import UsageError
 from schemas import KafkaSettings
 
-__all__ = ["print_outcome", "print_summary", "run_command"]
+__all__ = ["CanaryOptions", "print_outcome", "print_summary", "run_command"]
+
+
+@dataclass(frozen=True)
+class CanaryOptions:
+    """What ``rewardbus canary`` was asked to do, parsed once at the CLI."""
+
+    # A directory of golden-set TOML files (None: the shipped set).
+    golden: Path | None = None
+    # Only these languages' canaries (empty: all of them).
+    languages: tuple[str, ...] = ()
+    rate_per_s: float = 0.2
+    max_in_flight: int = 8
+    answer_timeout_s: float = 180.0
+    # Passes over the set, then exit (None: until stopped).
+    rounds: int | None = None
 
 
 async def run_command(
-    args: argparse.Namespace, kafka: KafkaSettings, *, shutdown: Awaitable[None]
+    options: CanaryOptions, kafka: KafkaSettings, *, shutdown: Awaitable[None]
 ) -> int:
-    """Run the loop as ``args`` say; 0 when every canary answered matched, 1 otherwise."""
-    languages = [x for x in args.languages.split(",") if x] if args.languages else None
-    canaries = load_golden(Path(args.golden) if args.golden else None, languages=languages)
+    """Run the loop as ``options`` say; 0 when every canary answered matched, 1 otherwise.
+
+    Raises :class:`~rewardbus.canary.GoldenSetError` (a usage error) for a golden set
+    that does not load, and a plain :class:`~rewardbus.errors.UsageError` when the
+    languages select no canary.
+    """
+    canaries = load_golden(options.golden, languages=options.languages or None)
     if not canaries:
         raise UsageError("no canaries selected")
     config = CanaryConfig(
-        rate_per_s=args.rate,
-        max_in_flight=args.max_in_flight,
-        answer_timeout_s=args.timeout,
-        rounds=1 if args.once else args.rounds,
+        rate_per_s=options.rate_per_s,
+        max_in_flight=options.max_in_flight,
+        answer_timeout_s=options.answer_timeout_s,
+        rounds=options.rounds,
     )
     print(
         f"rewardbus canary: {len(canaries)} canaries at {config.rate_per_s:g}/s, "

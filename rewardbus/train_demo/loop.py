@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +210,11 @@ def _settings(options: TrainDemoOptions, device: torch.device) -> dict[str, Any]
     }
 
 
+def _bootstrap(options: TrainDemoOptions) -> str | None:
+    """The cluster the options name (None: the embedded broker)."""
+    return None if options.kafka is None else options.kafka.bootstrap_servers
+
+
 def _identity(
     options: TrainDemoOptions, trainer: Trainer, run: _Run, device: torch.device
 ) -> _Identity:
@@ -219,14 +224,14 @@ def _identity(
     if found is None:
         if options.resume:
             say(f"no checkpoint in {directory}: starting a new run")
-        return _Identity(uuid.uuid4().hex[:8], 0, options.bootstrap, None, first_step=0)
+        return _Identity(uuid.uuid4().hex[:8], 0, _bootstrap(options), None, first_step=0)
     if not options.resume:
         raise CheckpointError(
             f"{directory} holds a checkpoint of run {found.run_id} at step {found.step}: "
             "pass --resume to continue it, or choose another --checkpoint-dir"
         )
     found.check_settings(_settings(options, device))
-    if found.bootstrap is None and options.bootstrap:
+    if found.bootstrap is None and options.kafka is not None:
         raise CheckpointError(
             "the checkpoint's stream is on the embedded broker kept in the checkpoint "
             "directory: resume without --bootstrap"
@@ -243,7 +248,7 @@ def _identity(
     return _Identity(
         found.run_id,
         found.incarnation + 1,
-        options.bootstrap or found.bootstrap,
+        _bootstrap(options) or found.bootstrap,
         StreamPosition.from_dict(found.position),
         first_step=found.step,
     )
@@ -254,19 +259,17 @@ async def _pipeline(
 ) -> _Wiring:
     """Broker (unless given one), topics, sandbox workers, aggregator, producer, reader."""
     if identity.bootstrap:
-        bootstrap = identity.bootstrap
+        # The cluster named now (with its security settings), else the checkpoint's.
+        cluster = options.kafka or KafkaSettings(bootstrap_servers=identity.bootstrap)
     else:
         # With a checkpoint directory the broker's data is kept in it: the stream the
         # checkpoint's position points into must outlive this process.
         kept = options.checkpoint_dir / "broker" if options.checkpoint_dir else None
         say("starting the embedded Kafka broker" + (f" (data in {kept})" if kept else ""))
         bootstrap = await stack.enter_async_context(embedded_broker(data_dir=kept))
+        cluster = KafkaSettings(bootstrap_servers=bootstrap)
     run_id = identity.run_id
-    kafka = KafkaSettings(
-        bootstrap_servers=bootstrap,
-        topics=Topics(prefix=f"train-demo-{run_id}."),
-        client_id="train-demo",
-    )
+    kafka = replace(cluster, topics=Topics(prefix=f"train-demo-{run_id}."), client_id="train-demo")
     group = f"train-demo-{run_id}-workers"
     await local_pipeline(
         stack,

@@ -9,6 +9,7 @@ from rewardbus.train_demo.devices import DeviceChoice
 from rewardbus.train_demo.learner import LearnerConfig
 from rewardbus.train_demo.monitor import AlertRules
 from rewardbus.train_demo.tasks import BEHAVIOURS, Behaviour
+from schemas import KafkaSettings
 
 __all__ = ["TrainDemoOptions"]
 
@@ -26,8 +27,8 @@ class TrainDemoOptions:
     strict: bool = True
     json: bool = False
     plot: Path = Path("train-demo.png")
-    # An existing cluster instead of the embedded broker.
-    bootstrap: str | None = None
+    # An existing cluster instead of the embedded broker (its topics are the run's own).
+    kafka: KafkaSettings | None = None
     # Wait at most this long for a step's scored batch (the manifest's deadline too).
     step_timeout_s: float = 60.0
     # Means over this many first and last steps are the summary's first/last rewards.

@@ -178,7 +178,7 @@ def test_the_cli_offers_train_demo_without_importing_torch() -> None:
 
     code = (
         "import sys; from rewardbus import cli; "
-        "help = cli._parser().format_help(); "
+        "help = cli.parser().format_help(); "
         "print('train-demo' in help, 'torch' in sys.modules, 'verl' in sys.modules)"
     )
     out = subprocess.run(

@@ -16,6 +16,7 @@ from rewardbus.train_demo.loop import run_train_demo
 from rewardbus.train_demo.options import TrainDemoOptions
 from rewardbus.train_demo.tasks import local_score, task_family
 from rewardbus.wiring import SandboxOptions, build_executor
+from schemas import KafkaSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
@@ -53,7 +54,7 @@ async def test_a_short_run_through_the_pipeline_improves_the_reward(
         seed=0,
         json=True,
         plot=tmp_path / "curves.png",
-        bootstrap=kafka_bootstrap,
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
         window=5,
     )
     never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
