@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rewardbus.errors import Unavailable
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
 from sandbox_workers.jail import IsolationUnavailable, PoolConfig
 
-__all__ = ["SandboxOptions", "SandboxUnavailable", "build_executor"]
+__all__ = ["SandboxOptions", "SandboxUnavailable", "build_executor", "start_executor"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +47,18 @@ def build_executor(options: SandboxOptions) -> Executor:
         worker_id=options.worker_id, compile_cache_dir=jail.cache_dir / "executor"
     )
     return Executor(config, sandbox)
+
+
+async def start_executor(
+    options: SandboxOptions,
+    *,
+    build: Callable[[SandboxOptions], Executor] = build_executor,
+) -> Executor:
+    """:func:`build_executor` in a thread, for a caller on an event loop.
+
+    Building takes seconds of blocking work (the launcher's gcc build, the namespace
+    and cgroup probes, every toolchain's ``--version``); on the loop's thread it would
+    stall everything else the loop serves meanwhile: signals, metrics, Kafka clients.
+    ``build`` is the factory (tests pass a fake one).
+    """
+    return await asyncio.to_thread(build, options)

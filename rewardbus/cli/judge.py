@@ -25,10 +25,10 @@ def add_parser(sub: Subcommands) -> None:
 async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """One JSON result per line on stdout; 1 when a line could not be judged."""
     from rewardbus.judge import judge_lines
-    from rewardbus.wiring import SandboxOptions, build_executor
+    from rewardbus.wiring import SandboxOptions, start_executor
 
     del env
-    executor = build_executor(SandboxOptions(strict=not args.no_strict, worker_id="judge"))
+    executor = await start_executor(SandboxOptions(strict=not args.no_strict, worker_id="judge"))
     if args.file == "-":
         return await judge_lines(sys.stdin, executor, out=sys.stdout)
     path = Path(args.file)

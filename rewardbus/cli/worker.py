@@ -58,7 +58,7 @@ def add_parser(sub: Subcommands) -> None:
 
 async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Judge until stopped; prints its ready line once it is in its group."""
-    from rewardbus.wiring import SandboxOptions, build_executor
+    from rewardbus.wiring import SandboxOptions, start_executor
     from sandbox_workers.service import WorkerConfig, run_worker
     from sandbox_workers.watchdog import watching_the_loop
 
@@ -72,7 +72,7 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         runtime_version=f"rewardbus-{__version__}",
         **_optional(args),
     )
-    executor = build_executor(
+    executor = await start_executor(
         SandboxOptions(
             strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
         )
