@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "kafkaio", "producers", "sandbox_workers", "consumers", "rewardbus")
+TYPE_CHECKING = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
 
 
 def module_name(path: Path) -> str:
@@ -34,7 +35,7 @@ def modules() -> dict[str, Path]:
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
     """Every node but those under ``if TYPE_CHECKING:``."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in TYPE_CHECKING:
             yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
             continue
         yield node
