@@ -63,3 +63,15 @@ def test_the_top_level_help_lists_every_exit_status(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     for code in (0, 1, 2, 69, 70, 130):
         assert f"\n  {code:>3}  " in out
+
+
+def test_a_host_without_the_sandbox_is_unavailable_to_judge(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def no_sandbox(*args: object, **kwargs: object) -> None:
+        raise SandboxUnavailable("isolation layers unavailable: namespaces: EPERM")
+
+    monkeypatch.setattr("rewardbus.wiring.start_executor", no_sandbox)
+    assert cli.main(["judge", "-"]) == 69
+    err = capsys.readouterr().err
+    assert "rewardbus judge: isolation layers unavailable: namespaces: EPERM" in err
