@@ -5,6 +5,7 @@
     schemas.RewardbusError
      └── ShellError                  exit 1 unless a kind says otherwise
           ├── CommandFailed          1   it ran and failed (a trace not found, a command's check)
+          │    └── observability.TraceNotFound
           ├── UsageError             2   a flag or an input the command cannot work with
           │    ├── canary.GoldenSetError
           │    └── train_demo.CheckpointError

@@ -33,7 +33,11 @@ class JaegerQueryError(Unavailable):
 
 
 class TraceNotFound(CommandFailed):
-    """No trace matched (yet: spans reach Jaeger a moment after they end)."""
+    """No trace matched (yet: spans reach Jaeger a moment after they end).
+
+    Jaeger answered: not a :class:`JaegerQueryError` (an unavailable service) but a
+    search that found nothing.
+    """
 
 
 @dataclass(frozen=True, slots=True)
