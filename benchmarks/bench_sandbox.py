@@ -212,7 +212,7 @@ def sandbox_runner(sandbox: JailSandbox) -> Callable[[Item], Awaitable[bool]]:
 
 
 def cached_runner(executor: Executor, cache: LocalResultCache) -> Callable[[Item], Awaitable[bool]]:
-    """The worker's path (service._execute) without Kafka: fingerprint, local LRU, else run."""
+    """The worker's path (judgement.Cached) without Kafka: fingerprint, local LRU, else run."""
     runtime = f"{executor.languages['python']}|"
 
     async def one(item: Item) -> bool:

@@ -12,6 +12,10 @@ that died with their worker, and it survives restarts, rebalances and the broker
 itself. At ``quarantine_after`` such starts the next owner dead-letters the
 record unjudged, with the reason.
 
+The record judge asks an :class:`Admission` before it judges a record:
+:class:`Quarantine` (the ledger, the threshold and the :class:`SuspectGate`) or,
+with quarantine off, :class:`AdmitAll`.
+
 At-least-once makes this safe, not exact: a start whose ack the crash beat was
 never judged (the worker waits for the ack first); a lost tombstone or count
 restore only counts one start too many, and only for a record that is redelivered
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from kafkaio import (
     Clients,
@@ -36,9 +41,10 @@ from kafkaio import (
     TopicPartition,
     send_with_retries,
 )
+from sandbox_workers.errors import SandboxWorkerError
 from schemas import Attempt, attempt_key, decode, encode
 
-__all__ = ["AttemptLedger", "SuspectGate"]
+__all__ = ["Admission", "AdmitAll", "AttemptLedger", "Quarantine", "SuspectGate"]
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +155,89 @@ class SuspectGate:
                 else:
                     self._normal -= 1
                 self._changed.notify_all()
+
+
+class Admission(Protocol):
+    """Whether a record may be judged, and the bookkeeping around judging it."""
+
+    async def caught_up(self) -> None:
+        """Return once the counts of newly assigned partitions' last owners are known."""
+        ...
+
+    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+        """Why this record is not to be judged again (it is dead-lettered unjudged), or None."""
+        ...
+
+    async def refused(self, tp: TopicPartition, offset: int) -> None:
+        """The refused record's dead letter is acknowledged: it is done."""
+        ...
+
+    def judging(
+        self, tp: TopicPartition, offset: int
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while an admitted record is judged: its start counted, then settled."""
+        ...
+
+
+class AdmitAll:
+    """Quarantine off (``quarantine_after=0``): every record is judged, nothing is counted."""
+
+    async def caught_up(self) -> None:
+        return
+
+    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+        return None
+
+    async def refused(self, tp: TopicPartition, offset: int) -> None:
+        return
+
+    def judging(
+        self, tp: TopicPartition, offset: int
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class Quarantine:
+    """Refuses a record once ``after`` workers died judging it; judges a suspect alone."""
+
+    def __init__(self, ledger: AttemptLedger, *, after: int) -> None:
+        self._ledger = ledger
+        self._after = after
+        self._suspects = SuspectGate()
+
+    async def caught_up(self) -> None:
+        # Before any record of the new partitions: what their last owner counted.
+        await self._ledger.caught_up()
+
+    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+        died = self._ledger.died_in(tp, offset)
+        if died < self._after:
+            return None
+        return (
+            f"quarantined: {died} workers died (crashed, wedged or were killed) while judging "
+            f"this record; not judged again (quarantine_after={self._after})"
+        )
+
+    async def refused(self, tp: TopicPartition, offset: int) -> None:
+        await self._ledger.finish(tp, offset)
+
+    @contextlib.asynccontextmanager
+    async def judging(self, tp: TopicPartition, offset: int) -> AsyncIterator[None]:
+        """Count the start, then settle it.
+
+        Done: forgotten. Handed back for the host's fault (a retriable error) or at the
+        drain deadline: the start is undone. Anything else is a bug this record set
+        off: the start stays counted (and the worker stops: sandbox_workers.errors).
+        """
+        async with self._suspects.hold(suspect=self._ledger.died_in(tp, offset) > 0):
+            await self._ledger.begin(tp, offset)
+            try:
+                yield
+            except SandboxWorkerError as exc:
+                if exc.retriable:  # handed back to the group for a fault of the host, not its own
+                    await self._ledger.give_back(tp, offset)
+                raise
+            except asyncio.CancelledError:  # the drain deadline: handed back, it killed no one
+                await self._ledger.give_back(tp, offset)
+                raise
+            await self._ledger.finish(tp, offset)

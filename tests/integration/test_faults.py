@@ -193,7 +193,9 @@ class _Proc:
     def assignments(self) -> int:
         """How often this process's worker was handed partitions (one per rebalance)."""
         text = self.log.read_text(errors="replace")
-        return sum(1 for line in text.splitlines() if "sandbox_workers.service: assigned" in line)
+        return sum(
+            1 for line in text.splitlines() if "sandbox_workers.worker_loop: assigned" in line
+        )
 
 
 def _cli_worker(kafka: KafkaSettings, index: int, logs: Path, *, static: bool) -> _Proc:
