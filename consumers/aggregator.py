@@ -46,6 +46,8 @@ from kafkaio import (
 from schemas import (
     CONTENT_TYPE,
     BatchManifest,
+    DeadLetterErrorType,
+    DeadLetterStage,
     KafkaSettings,
     RewardEvent,
     SchemaError,
@@ -307,7 +309,11 @@ class _Aggregator:
         self._metrics.manifests.add(1, {"outcome": outcome.value})
 
     async def _dead_letter(
-        self, record: Record, reason: str, error_type: str, stage: str
+        self,
+        record: Record,
+        reason: str,
+        error_type: DeadLetterErrorType,
+        stage: DeadLetterStage,
     ) -> asyncio.Future[Delivery]:
         self._metrics.dead_letters.add(1, {"stage": stage})
         # Not awaited here: the iteration gathers its letters' acks before it moves on.

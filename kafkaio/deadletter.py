@@ -8,7 +8,7 @@ import logging
 from kafkaio.produce import send_with_retries
 from kafkaio.protocols import Producer
 from kafkaio.records import Delivery, Record
-from schemas import CONTENT_TYPE, DeadLetter, encode
+from schemas import CONTENT_TYPE, DeadLetter, DeadLetterErrorType, DeadLetterStage, encode
 
 __all__ = ["DeadLetterWriter"]
 
@@ -19,7 +19,9 @@ class DeadLetterWriter:
     """Writes :class:`~schemas.DeadLetter` records (the original bytes plus the reason).
 
     ``service`` names the writer in every letter. The letter is keyed like its
-    input, so the DLQ keeps the inputs of one key in order.
+    input, so the DLQ keeps the inputs of one key in order. ``stage`` and
+    ``error_type`` come from closed sets (:data:`~schemas.DeadLetterStage`,
+    :data:`~schemas.DeadLetterErrorType`): what the DLQ holds can be counted by them.
     """
 
     def __init__(self, producer: Producer, topic: str, *, service: str) -> None:
@@ -27,7 +29,14 @@ class DeadLetterWriter:
         self.topic = topic
         self.service = service
 
-    def letter(self, record: Record, *, reason: str, error_type: str, stage: str) -> DeadLetter:
+    def letter(
+        self,
+        record: Record,
+        *,
+        reason: str,
+        error_type: DeadLetterErrorType,
+        stage: DeadLetterStage,
+    ) -> DeadLetter:
         """The dead letter for ``record`` (pure: nothing is sent)."""
         return DeadLetter(
             source_topic=record.topic,
@@ -42,7 +51,12 @@ class DeadLetterWriter:
         )
 
     async def send(
-        self, record: Record, *, reason: str, error_type: str, stage: str
+        self,
+        record: Record,
+        *,
+        reason: str,
+        error_type: DeadLetterErrorType,
+        stage: DeadLetterStage,
     ) -> asyncio.Future[Delivery]:
         """Queue the letter; the future resolves on its ack (gather several, then commit)."""
         letter = self._logged(record, reason, error_type, stage)
@@ -51,7 +65,13 @@ class DeadLetterWriter:
         )
 
     async def write(
-        self, record: Record, *, reason: str, error_type: str, stage: str, backoff_s: float
+        self,
+        record: Record,
+        *,
+        reason: str,
+        error_type: DeadLetterErrorType,
+        stage: DeadLetterStage,
+        backoff_s: float,
     ) -> None:
         """Send the letter and wait for its ack, retrying retriable failures for ever.
 
@@ -69,7 +89,9 @@ class DeadLetterWriter:
             backoff_s=backoff_s,
         )
 
-    def _logged(self, record: Record, reason: str, error_type: str, stage: str) -> DeadLetter:
+    def _logged(
+        self, record: Record, reason: str, error_type: DeadLetterErrorType, stage: DeadLetterStage
+    ) -> DeadLetter:
         log.warning(
             "dead letter %s:%d@%d (%s): %s",
             record.topic,

@@ -19,7 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from kafkaio import TopicPartition
 from sandbox_workers.languages import lookup
-from schemas import Completion, RewardEvent, Verdict
+from schemas import Completion, DeadLetterErrorType, DeadLetterStage, RewardEvent, Verdict
 
 __all__ = [
     "LATENCY_BUCKETS_MS",
@@ -150,7 +150,7 @@ class WorkerMetrics:
         _scores.record(event.score, labels)
         _latency_ms.record(max(0.0, now_ms - produced_ms), self._labels)
 
-    def dead_letter(self, stage: str, error_type: str) -> None:
+    def dead_letter(self, stage: DeadLetterStage, error_type: DeadLetterErrorType) -> None:
         """An input went to the DLQ."""
         _dead_letters.add(1, {**self._labels, "stage": stage, "error_type": error_type})
 

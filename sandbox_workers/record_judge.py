@@ -38,7 +38,10 @@ from sandbox_workers.metrics import WorkerMetrics
 from sandbox_workers.worker_config import WorkerConfig, WorkerStats
 from schemas import (
     CONTENT_TYPE,
+    DEAD_LETTER_ERROR_TYPES,
     Completion,
+    DeadLetterErrorType,
+    DeadLetterStage,
     RewardEvent,
     SchemaError,
     Topics,
@@ -50,7 +53,7 @@ from schemas import (
     unpack_programs,
 )
 
-__all__ = ["RecordJudge", "RewardUndeliverable"]
+__all__ = ["RecordJudge", "RewardUndeliverable", "error_type_of"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -142,7 +145,7 @@ class RecordJudge:
             *(self._judge_program(record, index, one, queue_ms) for index, one in programs)
         )
 
-    def _refused(self, completion: Completion) -> tuple[str, str] | None:
+    def _refused(self, completion: Completion) -> tuple[str, DeadLetterErrorType] | None:
         """Why a decoded completion is not judged at all (and the letter's error type), or None."""
         reply = completion.reply_topic
         if reply is not None and not self._topics.is_reply_topic(reply):
@@ -180,7 +183,7 @@ class RecordJudge:
         except RewardUndeliverable as exc:
             # The reward cannot land (a reply topic whose client is gone, a record the
             # topic refuses): the input goes to the DLQ with why, and its partition moves on.
-            await self._dead_letter(record, exc.reason, type(exc).__name__, "emit")
+            await self._dead_letter(record, exc.reason, error_type_of(exc), "emit")
         else:
             self._metrics.reward(event, completion, record.timestamp_ms, time.time() * 1000)
 
@@ -196,7 +199,7 @@ class RecordJudge:
         except SandboxWorkerError as exc:
             if exc.retriable:
                 raise
-            await self._dead_letter(record, exc.reason, type(exc).__name__, "execute")
+            await self._dead_letter(record, exc.reason, error_type_of(exc), "execute")
             return None
         if hit:
             self._stats.cache_hits += 1
@@ -252,8 +255,8 @@ class RecordJudge:
         self,
         record: Record,
         reason: str,
-        error_type: str,
-        stage: str,
+        error_type: DeadLetterErrorType,
+        stage: DeadLetterStage,
     ) -> None:
         # The input's offset waits on this record, and there is nowhere further to send
         # it: retriable errors are retried for ever; any other stops the worker.
@@ -271,6 +274,19 @@ class RecordJudge:
         span.set_status(
             Status(StatusCode.ERROR, f"dead-lettered ({stage}, {error_type}): {reason}")
         )
+
+
+_ERROR_TYPES: dict[str, DeadLetterErrorType] = {name: name for name in DEAD_LETTER_ERROR_TYPES}
+
+
+def error_type_of(exc: SandboxWorkerError) -> DeadLetterErrorType:
+    """The dead letter's ``error_type`` for ``exc``: its class's name, as listed in
+    :data:`~schemas.DeadLetterErrorType` (a class not listed there: its nearest listed base)."""
+    for cls in type(exc).__mro__:
+        listed = _ERROR_TYPES.get(cls.__name__)
+        if listed is not None:
+            return listed
+    return "SandboxWorkerError"  # unreachable: every exc is one
 
 
 def _oversized(completion: Completion, limit: int) -> str | None:

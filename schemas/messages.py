@@ -15,6 +15,8 @@ import msgspec
 
 __all__ = [
     "COMPARE_MODES",
+    "DEAD_LETTER_ERROR_TYPES",
+    "DEAD_LETTER_STAGES",
     "SCHEMA_VERSION",
     "AssertSuite",
     "BatchManifest",
@@ -23,6 +25,8 @@ __all__ = [
     "Compare",
     "Completion",
     "DeadLetter",
+    "DeadLetterErrorType",
+    "DeadLetterStage",
     "GroupStats",
     "IoSuite",
     "Limits",
@@ -311,6 +315,34 @@ class ProblemRecord(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int = SCHEMA_VERSION
 
 
+# Where a record was given up on: decoded (worker, aggregator), validated (aggregator),
+# judged, its reward emitted, or refused unjudged (it killed worker after worker).
+DeadLetterStage = Literal["decode", "validate", "execute", "emit", "quarantine"]
+DEAD_LETTER_STAGES: tuple[DeadLetterStage, ...] = get_args(DeadLetterStage)
+# Why: a decode or validation error, a check of the worker's own, or (stage "execute"
+# and "emit") the sandbox-side error's class (sandbox_workers.errors has the tree).
+DeadLetterErrorType = Literal[
+    "SchemaError",
+    "InvalidMessageError",
+    "InvalidReplyTopic",
+    "CompletionTooLarge",
+    "Quarantined",
+    "SandboxWorkerError",
+    "SandboxFault",
+    "ZygoteFault",
+    "IsolationUnavailable",
+    "BuildError",
+    "ExecutorError",
+    "InvalidCompletion",
+    "ProblemError",
+    "ProblemNotFound",
+    "DigestMismatch",
+    "ProblemTableBehind",
+    "RewardUndeliverable",
+]
+DEAD_LETTER_ERROR_TYPES: tuple[DeadLetterErrorType, ...] = get_args(DeadLetterErrorType)
+
+
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     """Anything that could not be decoded or processed, with the reason."""
 
@@ -318,8 +350,8 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     partition: int
     offset: int
     reason: str
-    error_type: str
-    stage: str
+    error_type: DeadLetterErrorType
+    stage: DeadLetterStage
     key: bytes | None = None
     value: bytes = b""
     service: str = ""

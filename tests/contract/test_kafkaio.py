@@ -282,13 +282,18 @@ async def test_a_dead_letter_carries_the_record_and_the_reason(clients: Clients)
     consumer = clients.consumer(ConsumerOptions())
     async with running(producer, consumer):
         writer = DeadLetterWriter(producer, dlq, service="test")
-        await writer.write(source, reason="bad", error_type="X", stage="decode", backoff_s=0.01)
-        await (await writer.send(source, reason="worse", error_type="Y", stage="emit"))
+        await writer.write(
+            source, reason="bad", error_type="SchemaError", stage="decode", backoff_s=0.01
+        )
+        sent = await writer.send(
+            source, reason="worse", error_type="RewardUndeliverable", stage="emit"
+        )
+        await sent
         consumer.assign([TopicPartition(dlq, 0)])
         letters = [decode(r.value, DeadLetter) for r in await read(consumer, 2)]
     assert [(x.reason, x.error_type, x.stage) for x in letters] == [
-        ("bad", "X", "decode"),
-        ("worse", "Y", "emit"),
+        ("bad", "SchemaError", "decode"),
+        ("worse", "RewardUndeliverable", "emit"),
     ]
     assert all(
         (x.source_topic, x.partition, x.offset, x.key, x.value, x.service)

@@ -226,6 +226,17 @@ def test_dead_letter_keeps_the_original_bytes() -> None:
     assert decode(encode(letter), DeadLetter).value == b"\x00\xff"
 
 
+def test_dead_letter_stages_and_error_types_are_a_closed_set() -> None:
+    letter = DeadLetter(
+        source_topic="t", partition=1, offset=7, reason="bad", error_type="SchemaError",
+        stage="decode",
+    )  # fmt: skip
+    for field, value in (("stage", "judging"), ("error_type", "KeyError")):
+        stray = msgspec.structs.replace(letter, **{field: value})
+        with pytest.raises(SchemaError, match=field):
+            decode(encode(stray), DeadLetter)
+
+
 def test_trace_context_round_trips_through_headers() -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
