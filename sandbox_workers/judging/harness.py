@@ -5,22 +5,31 @@ execution (:mod:`.pyharness`, :mod:`.jsharness`); so do a Python program's
 stdin/stdout tests (:func:`stdin_harness_languages`), each test's output coming
 back in its record. The expected outputs never enter the sandbox: a call's
 return value, or a test's output, comes back and is compared here, so a
-program cannot read the answers it is judged against.
+program cannot read the answers it is judged against. What goes in and comes
+back is typed in :mod:`.protocol`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import marshal
 import secrets
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from sandbox_workers.compile_cache import artifact_key
 from sandbox_workers.judging import pyharness
 from sandbox_workers.judging.jsharness import JS_HARNESS
+from sandbox_workers.judging.protocol import (
+    MARKER_HEX_DIGITS,
+    STDERR_TAIL_BYTES,
+    HarnessRecord,
+    HarnessSpec,
+    Mode,
+    decode_record,
+    encode_spec,
+)
 from sandbox_workers.languages import utf8
 from sandbox_workers.lru import ByteLRU
 from sandbox_workers.sandbox import DEFAULT_BACKSTOP, WallBackstop
@@ -36,8 +45,8 @@ __all__ = [
     "strip_markers",
 ]
 
-# Must match MARKER_BYTES in the harnesses: 16 random bytes as hex, and a newline.
-_MARKER_HEX_BYTES = 16
+# Where a compiled assert suite travels (HarnessSpec.compiled).
+_COMPILED_TESTS = "tests.marshal"
 
 _SCRIPTS: dict[str, tuple[str, str]] = {
     # language -> (harness file name, program file name). The Python harness goes in
@@ -107,7 +116,7 @@ class HarnessPlan:
     """Everything one harness execution needs, before markers are drawn."""
 
     language: str
-    mode: Literal["call", "assert", "stdin"]
+    mode: Mode
     tests: list[Any]
     time_s: float
     memory_mb: int
@@ -140,39 +149,41 @@ class HarnessPlan:
         charged as :class:`~sandbox_workers.judging.scoring.Budget` charges it.
         """
         script, program = _SCRIPTS[self.language]
-        spec = {
-            "mode": self.mode,
-            "source": program,
-            "tests": self.tests,
-            "time_s": self.time_s,
-            "wall_factor": backstop.factor,
-            "wall_extra_s": backstop.extra_s,
-            "wall_stretch": backstop.stretch,
-            "memory_mb": self.memory_mb,
-            "fn_name": self.fn_name,
-            "setup": self.setup,
-            "entry_point": self.entry_point,
-            "budget_s": budget_s,
-            "stop_on_failure": stop_on_failure,
+        compiled = self.compiled
+        spec = HarnessSpec(
+            mode=self.mode,
+            source=program,
+            count=len(self.tests),
+            tests=self.tests if compiled is None else None,
+            time_s=self.time_s,
+            memory_mb=self.memory_mb,
+            wall_factor=backstop.factor,
+            wall_extra_s=backstop.extra_s,
+            wall_stretch=backstop.stretch,
+            budget_s=budget_s,
+            stop_on_failure=stop_on_failure,
+            marker_bytes=MARKER_HEX_DIGITS + 1,
+            fn_name=self.fn_name,
+            setup=self.setup if compiled is None else "",
+            entry_point=self.entry_point,
+            compiled=None if compiled is None else _COMPILED_TESTS,
+            guard_names=None if compiled is None else compiled.guard_names,
+            output_bytes=self.output_bytes,
+            stderr_tail_bytes=STDERR_TAIL_BYTES,
+        )
+        files = {
+            script: _harness_source(self.language),
+            program: utf8(source),
+            "spec.json": encode_spec(spec),
         }
-        if self.output_bytes is not None:
-            spec["output_bytes"] = self.output_bytes
-        files = {script: _harness_source(self.language), program: utf8(source)}
-        if self.compiled is not None:
-            del spec["tests"], spec["setup"]
-            spec.update(
-                count=len(self.tests),
-                compiled="tests.marshal",
-                guard_names=list(self.compiled.guard_names),
-            )
-            files["tests.marshal"] = self.compiled.code
-        files["spec.json"] = json.dumps(spec).encode()
+        if compiled is not None:
+            files[_COMPILED_TESTS] = compiled.code
         return files
 
 
 def new_markers(count: int) -> list[str]:
     """Fresh random markers, one per test, for one execution."""
-    return [secrets.token_hex(_MARKER_HEX_BYTES) for _ in range(count)]
+    return [secrets.token_hex(MARKER_HEX_DIGITS // 2) for _ in range(count)]
 
 
 def markers_stdin(markers: list[str]) -> bytes:
@@ -180,24 +191,20 @@ def markers_stdin(markers: list[str]) -> bytes:
     return "".join(f"{marker}\n" for marker in markers).encode()
 
 
-def parse_records(stdout: bytes, markers: list[str]) -> list[dict[str, Any] | None]:
+def parse_records(stdout: bytes, markers: list[str]) -> list[HarnessRecord | None]:
     """The record of each test, in order; None where a test reported nothing.
 
-    Only the first line carrying a test's marker counts.
+    Only the first line carrying a test's marker and a record counts (see
+    :func:`~sandbox_workers.judging.protocol.decode_record`).
     """
     wanted = {marker.encode(): index for index, marker in enumerate(markers)}
-    records: list[dict[str, Any] | None] = [None] * len(markers)
+    records: list[HarnessRecord | None] = [None] * len(markers)
     for line in stdout.split(b"\n"):
         head, _, body = line.partition(b" ")
         index = wanted.get(head)
         if index is None or records[index] is not None:
             continue
-        try:
-            record = json.loads(body)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("verdict"), str):
-            records[index] = record
+        records[index] = decode_record(body)
     return records
 
 

@@ -2,9 +2,11 @@
 
 Node cannot fork, so the tests of one completion run in one process, each in a
 fresh ``vm`` context (separate globals, so module state does not carry over).
-The protocol is the Python harness's (:mod:`sandbox_workers.judging.pyharness`):
-``spec.json`` in, one marker per test on stdin, read only after that test has
-finished, and one ``<marker> <json>`` line per test on stdout.
+The protocol is the Python harness's (:mod:`sandbox_workers.judging.protocol`):
+``spec.json`` in (every key there, none defaulted here: a spec without one is
+reported as a ``sandbox_error`` record for every test), one marker per test on
+stdin, read only after that test has finished, and one ``<marker> <json>`` line
+per test on stdout.
 
 Time limits follow the sandbox's rule: a test's limit is CPU time, with a
 wall-clock backstop. ``vm``'s own ``timeout`` is wall time, so it is the
@@ -32,16 +34,33 @@ JS_HARNESS = r"""'use strict';
 const fs = require('fs');
 const vm = require('vm');
 
-const MARKER_BYTES = 33;
 const MESSAGE_LIMIT = 300;
 const ALLOWED = new Set(['assert', 'node:assert', 'assert/strict', 'node:assert/strict',
                          'util', 'node:util']);
+// Every key of spec.json (the worker's HarnessSpec), all of them always there.
+const SPEC_KEYS = [
+  'mode', 'source', 'count', 'tests', 'time_s', 'memory_mb', 'wall_factor',
+  'wall_extra_s', 'wall_stretch', 'budget_s', 'stop_on_failure', 'marker_bytes',
+  'fn_name', 'setup', 'entry_point', 'compiled', 'guard_names', 'output_bytes',
+  'stderr_tail_bytes',
+];
 const spec = JSON.parse(fs.readFileSync('spec.json', 'utf8'));
+const missingKeys = SPEC_KEYS.filter((key) => !Object.prototype.hasOwnProperty.call(spec, key));
+if (missingKeys.length > 0) protocolError('spec.json lacks ' + missingKeys.join(', '));
 const source = fs.readFileSync(spec.source, 'utf8');
 const cpuLimitMs = Math.max(1, Math.ceil(spec.time_s * 1000));
-const wallFactor = spec.wall_factor === undefined ? 2 : spec.wall_factor;
-const wallExtraMs = (spec.wall_extra_s === undefined ? 1 : spec.wall_extra_s) * 1000;
-const wallStretch = spec.wall_stretch === undefined ? 10 : spec.wall_stretch;
+const wallFactor = spec.wall_factor;
+const wallExtraMs = spec.wall_extra_s * 1000;
+const wallStretch = spec.wall_stretch;
+const markerBytes = spec.marker_bytes;
+
+// A spec this harness cannot follow: every test's record says so (the worker's fault).
+function protocolError(message) {
+  const record = JSON.stringify({ verdict: 'sandbox_error', message: short(message) });
+  const markers = fs.readFileSync(0, 'latin1').split(/\s+/).filter((m) => m.length > 0);
+  for (const marker of markers) fs.writeSync(1, '\n' + marker + ' ' + record + '\n');
+  process.exit(0);
+}
 
 // A rejected promise nobody awaits must not take the remaining tests down.
 process.on('unhandledRejection', () => {});
@@ -144,12 +163,12 @@ function describe(error) {
 }
 
 function readMarker() {
-  const buffer = Buffer.alloc(MARKER_BYTES);
+  const buffer = Buffer.alloc(markerBytes);
   let got = 0;
-  while (got < MARKER_BYTES) {
+  while (got < markerBytes) {
     let n;
     try {
-      n = fs.readSync(0, buffer, got, MARKER_BYTES - got, null);
+      n = fs.readSync(0, buffer, got, markerBytes - got, null);
     } catch (error) {
       if (error.code === 'EAGAIN') continue;
       throw error;
@@ -157,7 +176,7 @@ function readMarker() {
     if (n === 0) return null;
     got += n;
   }
-  return buffer.toString('latin1', 0, MARKER_BYTES - 1);
+  return buffer.toString('latin1', 0, markerBytes - 1);
 }
 
 function sandboxRequire(name) {
@@ -353,13 +372,13 @@ function compileAll() {
     return { failed: { verdict: 'compile_error', message: describe(error) } };
   }
   if (spec.mode === 'call') {
-    if (!/^[A-Za-z_$][\w$]*$/.test(spec.fn_name || '')) {
+    if (typeof spec.fn_name !== 'string' || !/^[A-Za-z_$][\w$]*$/.test(spec.fn_name)) {
       return { failed: { verdict: 'sandbox_error', message: 'fn_name is not an identifier' } };
     }
     return { program };
   }
   try {
-    const setup = new vm.Script(spec.setup || '', { filename: 'tests.js' });
+    const setup = new vm.Script(spec.setup, { filename: 'tests.js' });
     const cases = spec.tests.map(
       (c, i) => c === null ? null : new vm.Script(c, { filename: `case${i}.js` }));
     if (spec.entry_point && !/^[A-Za-z_$][\w$]*$/.test(spec.entry_point)) {
@@ -375,7 +394,7 @@ function compileAll() {
 function main() {
   const compiled = compileAll();
   let budgetMs = spec.budget_s * 1000;
-  for (let index = 0; index < spec.tests.length; index++) {
+  for (let index = 0; index < spec.count; index++) {
     let record;
     if (compiled.failed) {
       record = compiled.failed;

@@ -18,25 +18,14 @@ reports of an execution: exit status or signal, the limit that ended it, CPU
 and wall time, peak memory, and the output (base64). The output is judged by the
 worker, which never sends the expected outputs into the sandbox.
 
-Protocol (the worker side is :mod:`sandbox_workers.judging.harness`):
+Protocol (:mod:`sandbox_workers.judging.protocol`, the worker side's structs):
 
-- ``spec.json``: ``mode`` (``"call"`` or ``"assert"``), ``source`` (file name
-  of the program), ``time_s`` (CPU time) and ``memory_mb`` per test,
-  ``wall_factor``, ``wall_extra_s`` and ``wall_stretch`` (the wall-clock
-  backstop per test, ``max(factor * time_s, time_s + extra_s)``, and its cap,
-  ``stretch`` times that), ``budget_s`` (what is left of
-  the completion's total time, charged per test its CPU time or its wall time
-  less the time it waited for a CPU, whichever is more), ``stop_on_failure``,
-  ``tests`` (call: the argument list of each call; assert: each case's code,
-  or null for the single ``check(entry_point)`` test), ``fn_name``, ``setup``
-  (assert: test code run after the program), ``entry_point``. Or, for an assert
-  suite the worker compiled (once per suite, not per execution): ``compiled`` (the
-  file holding the marshalled ``compile_suite`` result), ``guard_names`` (the names
-  it was compiled with) and ``count`` instead of ``tests`` and ``setup``.
-  Stdin: ``tests`` are the inputs, and ``output_bytes`` caps each stream of a test.
-- stdin: one random marker per test (32 hex digits and a newline).
+- ``spec.json``: a ``HarnessSpec``, every key present (:data:`SPEC_KEYS`); this
+  file defaults none of them. A spec without one of them is a protocol error,
+  reported as a ``sandbox_error`` record for every test.
+- stdin: one random marker per test (``marker_bytes``: hex digits and a newline).
 - stdout: after test *i* has finished and its processes are gone, one line
-  ``<marker i> <json record>``.
+  ``<marker i> <json record>`` (a ``HarnessRecord``).
 
 Per test the parent enforces the CPU time of the test's child (all its
 threads) and the wall-clock backstop, as the jail does for a whole execution:
@@ -98,7 +87,13 @@ from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
 
-MARKER_BYTES = 33
+# Every key of spec.json (the worker's HarnessSpec), all of them always there.
+SPEC_KEYS = (
+    "mode", "source", "count", "tests", "time_s", "memory_mb", "wall_factor",
+    "wall_extra_s", "wall_stretch", "budget_s", "stop_on_failure", "marker_bytes",
+    "fn_name", "setup", "entry_point", "compiled", "guard_names", "output_bytes",
+    "stderr_tail_bytes",
+)  # fmt: skip
 _MESSAGE_LIMIT = 300
 # The shortest wait between two looks at a running test's CPU clock.
 _CHECK_FLOOR_S = 0.002
@@ -111,8 +106,6 @@ _WAITED_WORTH_S = 0.01
 _DRAIN_CHUNKS = 256
 # How long the processes a test left may take to exit once killed.
 _LEFTOVER_WAIT_S = 1.0
-# Of a stdin test's stderr, the record carries the end.
-_STDERR_TAIL = 8192
 # Where a test may leave files (besides what the worker put in /work).
 _SCRATCH_DIRS = ("/tmp", "/dev/shm")  # noqa: S108 - the jail's own, emptied after each test
 Record = dict[str, Any]
@@ -125,11 +118,15 @@ def main() -> int:
     _set_dumpable(0)
     with open("spec.json", encoding="utf-8") as handle:
         spec: dict[str, Any] = json.load(handle)
+    missing = [key for key in SPEC_KEYS if key not in spec]
+    if missing:
+        return _protocol_error("spec.json lacks " + ", ".join(missing))
     tests = _tests(spec)
     budget_s = float(spec["budget_s"])
-    factor = float(spec.get("wall_factor", 2.0))
-    extra_s = float(spec.get("wall_extra_s", 1.0))
-    stretch = float(spec.get("wall_stretch", 10.0))
+    factor = float(spec["wall_factor"])
+    extra_s = float(spec["wall_extra_s"])
+    stretch = float(spec["wall_stretch"])
+    marker_bytes = int(spec["marker_bytes"])
     # A single test (HumanEval's check) leaves nothing any test of ours could see.
     given = _Given.now() if len(tests) > 1 else None
     ran = False
@@ -148,12 +145,20 @@ def main() -> int:
             # Its CPU time, or its wall time less its wait for a CPU (as the worker charges).
             waited_ms = record.pop("waited_ms", 0.0)
             budget_s -= max(record.get("cpu_ms", 0.0), record["wall_ms"] - waited_ms) / 1000
-        marker = _read_marker()
+        marker = _read_marker(marker_bytes)
         if marker is None:
             return 2
         os.write(1, b"\n" + marker + b" " + json.dumps(record).encode() + b"\n")
         if spec["stop_on_failure"] and _failed(record):
             break
+    return 0
+
+
+def _protocol_error(message: str) -> int:
+    """A spec this harness cannot follow: every test's record says so (the worker's fault)."""
+    record = json.dumps({"verdict": "sandbox_error", "message": _short(message)}).encode()
+    for marker in sys.stdin.buffer.read().split():
+        os.write(1, b"\n" + marker + b" " + record + b"\n")
     return 0
 
 
@@ -167,8 +172,7 @@ def _tests(spec: dict[str, Any]) -> list[Test | Record]:
     """One test per case, or a ready record when the test cannot run at all."""
     with open(spec["source"], encoding="utf-8") as handle:
         source = handle.read()
-    # Compiled assert tests travel without their source, so as a count.
-    count = spec["count"] if "compiled" in spec else len(spec["tests"])
+    count = int(spec["count"])
     memory_mb = int(spec["memory_mb"])
     try:
         program = compile(source, "solution.py", "exec")
@@ -181,8 +185,8 @@ def _tests(spec: dict[str, Any]) -> list[Test | Record]:
         import binascii  # noqa: F401
         import traceback  # noqa: F401
 
-        cap = int(spec["output_bytes"])
-        return [_bind_stdin(program, text, memory_mb, cap) for text in spec["tests"]]
+        caps = (int(spec["output_bytes"]), int(spec["stderr_tail_bytes"]))
+        return [_bind_stdin(program, text, caps) for text in spec["tests"]]
     if spec["mode"] == "call":
         name: str = spec["fn_name"]
         jobs = [_bind_call(program, name, args) for args in spec["tests"]]
@@ -195,7 +199,7 @@ def _tests(spec: dict[str, Any]) -> list[Test | Record]:
                 "message": "test code does not compile: " + _describe(exc),
             }
             return [broken for _ in range(count)]
-        entry: str | None = spec.get("entry_point")
+        entry: str | None = spec["entry_point"]
         jobs = [_bind_assert(program, setup, case, entry) for case in cases]
     return [_bind_isolated(job, memory_mb) for job in jobs]
 
@@ -203,12 +207,12 @@ def _tests(spec: dict[str, Any]) -> list[Test | Record]:
 def _assert_tests(spec: dict[str, Any]) -> tuple[CodeType, list[CodeType | None]]:
     """The suite's test code and cases, guarded: compiled by the worker, or here."""
     global _GUARD, _CHAIN, _BUILTINS  # the names the worker compiled the tests with
-    compiled: str | None = spec.get("compiled")
+    compiled: str | None = spec["compiled"]
     if compiled is None:
         # HumanEval's shape reaches the program only through `candidate`: every builtin
         # name its tests use means the builtin, whatever the program bound to it.
-        protect = spec.get("entry_point") is not None
-        return compile_suite(spec.get("setup") or "", spec["tests"], protect)
+        protect = spec["entry_point"] is not None
+        return compile_suite(spec["setup"], spec["tests"], protect)
     _GUARD, _CHAIN, _BUILTINS = spec["guard_names"]
     with open(compiled, "rb") as handle:
         setup, cases = marshal.loads(handle.read())  # noqa: S302 - the worker's own output
@@ -219,8 +223,8 @@ def _bind_isolated(job: Callable[[], Record], memory_mb: int) -> Test:
     return lambda cpu_s, wall_s, cap_s: _run_isolated(job, cpu_s, wall_s, cap_s, memory_mb)
 
 
-def _bind_stdin(program: CodeType, text: str, memory_mb: int, cap: int) -> Test:
-    return lambda cpu_s, wall_s, cap_s: _run_stdin(program, text, (cpu_s, wall_s, cap_s), cap)
+def _bind_stdin(program: CodeType, text: str, caps: tuple[int, int]) -> Test:
+    return lambda cpu_s, wall_s, cap_s: _run_stdin(program, text, (cpu_s, wall_s, cap_s), caps)
 
 
 def _bind_call(program: CodeType, name: str, args: Any) -> Callable[[], Record]:
@@ -258,10 +262,14 @@ def _run_isolated(
 
 
 def _run_stdin(
-    program: CodeType, text: str, limits: tuple[float, float, float], cap: int
+    program: CodeType, text: str, limits: tuple[float, float, float], caps: tuple[int, int]
 ) -> Record:
-    """One stdin test: the program as __main__ on ``text``; its record as a jail's report."""
+    """One stdin test: the program as __main__ on ``text``; its record as a jail's report.
+
+    ``caps``: each stream's, and how much of the end of its stderr the record carries.
+    """
     cpu_s, wall_s, cap_s = limits
+    cap, stderr_tail = caps
     stdin = os.memfd_create("stdin", os.MFD_CLOEXEC)
     _write_all(stdin, text.encode("utf-8"))
     os.lseek(stdin, 0, os.SEEK_SET)
@@ -290,12 +298,16 @@ def _run_stdin(
         # OOM killer's (its child raised its own OOM score to be the one it picks).
         "oom": signum == signal.SIGKILL and ended.limit is None,
         "stdout": _b64(streams[0].data),
-        "stderr": _b64(streams[1].data[-_STDERR_TAIL:]),
+        "stderr": _b64(_tail(streams[1].data, stderr_tail)),
         "wall_ms": round(ended.wall_ms, 3),
         "waited_ms": round(ended.waited_s * 1000, 3),
         "cpu_ms": round(ended.cpu_ms, 3),
         "peak_memory_kb": usage.ru_maxrss if usage is not None else 0,
     }
+
+
+def _tail(data: bytes, size: int) -> bytes:
+    return data[max(len(data) - size, 0) :]
 
 
 def _b64(data: bytes) -> str:
@@ -704,10 +716,10 @@ def _record(
     }
 
 
-def _read_marker() -> bytes | None:
+def _read_marker(size: int) -> bytes | None:
     data = b""
-    while len(data) < MARKER_BYTES:
-        chunk = os.read(0, MARKER_BYTES - len(data))
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
         if not chunk:
             return None
         data += chunk

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import binascii
 import contextlib
-import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
@@ -54,6 +54,7 @@ from sandbox_workers.judging.harness import (
     strip_markers,
 )
 from sandbox_workers.judging.program import CompileFailure, Program
+from sandbox_workers.judging.protocol import STDERR_TAIL_BYTES, HarnessRecord
 from sandbox_workers.judging.scoring import Budget
 from sandbox_workers.languages import utf8
 from sandbox_workers.languages.native import EXIT_CALLED_STATUS
@@ -87,8 +88,6 @@ _RECORD_BYTES = 512
 _FIRST_CHUNK = 8
 _CHUNK_GROWTH = 4
 _MAX_CHUNK = 128
-# Must match _STDERR_TAIL in pyharness.
-_STDERR_TAIL_BYTES = 8192
 _NOT_RUN = "not run: total time limit reached"
 _CHECKER_TIME_S = 10.0
 _CHECKER_MEMORY_MB = 512
@@ -114,7 +113,7 @@ class _HarnessRun:
     """One harness execution: its result, each test's record, the program's own output."""
 
     result: ExecResult
-    records: list[dict[str, Any] | None]
+    records: list[HarnessRecord | None]
     output: bytes
     span: trace.Span
     times_ns: tuple[int, int]
@@ -357,7 +356,7 @@ class SuiteRunner:
         run = SuiteRun()
         cap = self._limits.output_kb * 1024
         # A record carries the test's stdout and its stderr's tail, base64.
-        per_test = _RECORD_BYTES + (cap + _STDERR_TAIL_BYTES) * 4 // 3 + 8
+        per_test = _RECORD_BYTES + (cap + STDERR_TAIL_BYTES) * 4 // 3 + 8
         start, size = 0, _FIRST_CHUNK
         while start < len(cases):
             if self._budget.exhausted:
@@ -401,7 +400,7 @@ class SuiteRunner:
                 # The execution ended during this test; the rest of the chunk never ran.
                 judged = missing or _missing(ran.result)
                 missing = Judged(judged.verdict, 0.0, "not run: the execution ended")
-            elif record["verdict"] != "exited":
+            elif record.verdict != "exited":
                 judged = _judge_record(record, None, index, None)  # not run: no time left
             else:
                 result = last = _stdin_result(record, ran.result.cpu_source)
@@ -573,57 +572,55 @@ def _harness_test_spans(
         span.end(end_time=end)
 
 
-def _stdin_result(record: dict[str, Any], cpu_source: str) -> ExecResult:
+def _stdin_result(record: HarnessRecord, cpu_source: str) -> ExecResult:
     """A stdin test's record from the harness, as the jail would have reported it.
 
     ``cpu_source``: the harness execution's (a jail without a cgroup CPU counter says
     so for each of its tests too).
     """
-    limit = record.get("limit")
-    exit_code = record.get("exit")
-    signum = record.get("signal")
+    limit = record.limit
+    timed_out_by = limit if limit != "output" else None
     return ExecResult(
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-        signal=signum if isinstance(signum, int) else None,
-        stdout=_unb64(record.get("stdout")),
-        stderr=_unb64(record.get("stderr")),
-        wall_ms=_number(record.get("wall_ms")),
-        cpu_ms=_number(record.get("cpu_ms")),
-        peak_memory_kb=int(_number(record.get("peak_memory_kb"))),
-        timed_out=limit in ("cpu", "wall"),
-        memory_exceeded=record.get("oom") is True,
+        exit_code=record.exit,
+        signal=record.signal,
+        stdout=_unb64(record.stdout),
+        stderr=_unb64(record.stderr),
+        wall_ms=record.wall_ms,
+        cpu_ms=record.cpu_ms,
+        peak_memory_kb=record.peak_memory_kb,
+        timed_out=timed_out_by is not None,
+        memory_exceeded=record.oom,
         output_exceeded=limit == "output",
-        timed_out_by=limit if limit in ("cpu", "wall") else None,
-        waited_ms=_number(record.get("waited_ms")),
+        timed_out_by=timed_out_by,
         cpu_source=cpu_source,
     )
 
 
-def _unb64(value: Any) -> bytes:
+def _unb64(value: str) -> bytes:
     try:
-        return binascii.a2b_base64(value) if isinstance(value, str) else b""
+        return binascii.a2b_base64(value)
     except binascii.Error:
         return b""
 
 
 def _judge_record(
-    record: dict[str, Any], expected: Sequence[Any] | None, index: int, tolerance: float | None
+    record: HarnessRecord, expected: Sequence[Any] | None, index: int, tolerance: float | None
 ) -> Judged:
-    message = str(record.get("message", ""))[:300]
-    if record["verdict"] == "returned":
+    message = record.message[:300]
+    if record.verdict == "returned":
         if expected is None:
             return Judged(Verdict.SANDBOX_ERROR, 0.0, "harness returned a value in assert mode")
-        if "value" not in record:
+        if record.value is msgspec.UNSET:
             return Judged(Verdict.WRONG_ANSWER, 0.0, "return value is not JSON-serialisable")
-        if call_result_matches(record["value"], expected[index], tolerance):
+        if call_result_matches(record.value, expected[index], tolerance):
             return Judged(Verdict.ACCEPTED, 1.0)
         return Judged(
-            Verdict.WRONG_ANSWER, 0.0, _difference(_show(record["value"]), _show(expected[index]))
+            Verdict.WRONG_ANSWER, 0.0, _difference(_show(record.value), _show(expected[index]))
         )
     try:
-        verdict = Verdict(record["verdict"])
+        verdict = Verdict(record.verdict)
     except ValueError:
-        return Judged(Verdict.SANDBOX_ERROR, 0.0, f"unknown harness verdict {record['verdict']!r}")
+        return Judged(Verdict.SANDBOX_ERROR, 0.0, f"unknown harness verdict {record.verdict!r}")
     return Judged(verdict, 1.0 if verdict is Verdict.ACCEPTED else 0.0, message)
 
 
@@ -635,16 +632,11 @@ def _missing(result: ExecResult) -> Judged:
     return Judged(verdict, 0.0, describe_exit(result))
 
 
-def _outcome(index: int, judged: Judged, timing: ExecResult | dict[str, Any] | None) -> TestOutcome:
-    if isinstance(timing, ExecResult):
+def _outcome(index: int, judged: Judged, timing: ExecResult | HarnessRecord | None) -> TestOutcome:
+    wall = cpu = 0.0
+    memory = 0
+    if timing is not None:
         wall, cpu, memory = timing.wall_ms, timing.cpu_ms, timing.peak_memory_kb
-    elif timing is not None:
-        wall = _number(timing.get("wall_ms"))
-        cpu = _number(timing.get("cpu_ms"))
-        memory = int(_number(timing.get("peak_memory_kb")))
-    else:
-        wall = cpu = 0.0
-        memory = 0
     return TestOutcome(
         index=index,
         verdict=judged.verdict,
@@ -658,12 +650,6 @@ def _outcome(index: int, judged: Judged, timing: ExecResult | dict[str, Any] | N
 
 def _not_run(indices: range, message: str) -> list[TestOutcome]:
     return [TestOutcome(index=i, verdict=Verdict.TIME_LIMIT, message=message) for i in indices]
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return max(float(value), 0.0)
-    return 0.0
 
 
 def _show(value: Any) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +22,7 @@ from sandbox_workers.judging import (
     values_equal,
 )
 from sandbox_workers.judging.harness import new_markers, parse_records, strip_markers
+from sandbox_workers.judging.protocol import HarnessRecord
 from sandbox_workers.sandbox import ExecResult
 from schemas import COMPARE_MODES, TestOutcome, Verdict
 
@@ -287,8 +290,32 @@ def test_records_need_their_own_marker_and_the_first_one_counts() -> None:
         f'{first} {{"verdict": "wrong_answer"}}\nprinted {second} {{"verdict": "accepted"}}\n'
     ).encode()
     records = parse_records(stdout, [first, second])
-    assert records[0] == {"verdict": "accepted"}
+    assert records[0] == HarnessRecord(verdict="accepted")
     assert records[1] is None  # a marker mid-line is not a record
+
+
+def test_a_record_is_typed_and_a_malformed_one_is_a_sandbox_error() -> None:
+    markers = new_markers(6)
+    bodies = [
+        b'{"verdict": "returned", "value": null, "wall_ms": 1.5, "cpu_ms": 1, "peak_memory_kb": 9}',
+        b'{"verdict": "returned", "value": NaN}',  # Python's json: a call may return NaN
+        b'{"verdict": "returned", "repr": "<object>"}',
+        b'{"verdict": "accepted", "wall_ms": "soon"}',
+        b'{"verdict": "exited", "exit": 0, "limit": "later"}',
+        b'{"verdict": "returned", "value": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    ]
+    lines = zip(markers, bodies, strict=True)
+    stdout = b"".join(marker.encode() + b" " + body + b"\n" for marker, body in lines)
+    returned, nan, shown, late, limited, deep = parse_records(stdout, markers)
+    assert returned == HarnessRecord(
+        verdict="returned", value=None, wall_ms=1.5, cpu_ms=1.0, peak_memory_kb=9
+    )
+    assert nan is not None and math.isnan(nan.value)
+    assert shown is not None and shown.value is msgspec.UNSET and shown.value_repr == "<object>"
+    assert late is not None and late.verdict == "sandbox_error"
+    assert late.message.startswith("malformed harness record: ") and "wall_ms" in late.message
+    assert limited is not None and limited.verdict == "sandbox_error" and "limit" in limited.message
+    assert deep is None  # deeper than the worker's stack: no record (the test reported none)
 
 
 def test_markers_are_unique_and_stripped_from_the_tail() -> None:
