@@ -50,8 +50,10 @@ __all__ = ["FINGERPRINT_VERSION", "fingerprint", "normalize_code"]
 # __real_exit or dlsym ran too), and no language's binary holds it as text. fp/7: Python
 # assert suites fail a value whose comparison is not an equality (an always-true __eq__,
 # __lt__, a constant __sub__ or a program's own abs passed them). fp/8: and the links of
-# a chained comparison (``0 <= f(x) < n`` passed with an always-true __le__).
-FINGERPRINT_VERSION = "rewardbus-fp/8"
+# a chained comparison (``0 <= f(x) < n`` passed with an always-true __le__). fp/9: a
+# function-call test passes only by its returned value (a Python function that replaced
+# json.dumps made its test's record say "accepted", and passed).
+FINGERPRINT_VERSION = "rewardbus-fp/9"
 
 # Canonical language names (Language.name) whose toolchains read CRLF as LF.
 _CRLF_AGNOSTIC = frozenset({"python", "javascript", "java", "go", "rust", "c", "cpp"})

@@ -89,6 +89,7 @@ _FIRST_CHUNK = 8
 _CHUNK_GROWTH = 4
 _MAX_CHUNK = 128
 _NOT_RUN = "not run: total time limit reached"
+_CALL_PASSES_BY_VALUE = "a function-call test passes only by the value it returns"
 _CHECKER_TIME_S = 10.0
 _CHECKER_MEMORY_MB = 512
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
@@ -606,22 +607,29 @@ def _unb64(value: str) -> bytes:
 def _judge_record(
     record: HarnessRecord, expected: Sequence[Any] | None, index: int, tolerance: float | None
 ) -> Judged:
-    message = record.message[:300]
+    """A test's judgement from its record; ``expected``: a call suite's return values."""
     if record.verdict == "returned":
         if expected is None:
             return Judged(Verdict.SANDBOX_ERROR, 0.0, "harness returned a value in assert mode")
-        if record.value is msgspec.UNSET:
-            return Judged(Verdict.WRONG_ANSWER, 0.0, "return value is not JSON-serialisable")
-        if call_result_matches(record.value, expected[index], tolerance):
-            return Judged(Verdict.ACCEPTED, 1.0)
-        return Judged(
-            Verdict.WRONG_ANSWER, 0.0, _difference(_show(record.value), _show(expected[index]))
-        )
+        return _judge_returned(record.value, expected[index], tolerance)
     try:
         verdict = Verdict(record.verdict)
     except ValueError:
         return Judged(Verdict.SANDBOX_ERROR, 0.0, f"unknown harness verdict {record.verdict!r}")
-    return Judged(verdict, 1.0 if verdict is Verdict.ACCEPTED else 0.0, message)
+    if verdict is Verdict.ACCEPTED and expected is not None:
+        # No harness says so of a call: a program that rewrote the harness inside its
+        # own test (its json.dumps, its JSON.stringify) made the record.
+        return Judged(Verdict.WRONG_ANSWER, 0.0, _CALL_PASSES_BY_VALUE)
+    return Judged(verdict, 1.0 if verdict is Verdict.ACCEPTED else 0.0, record.message[:300])
+
+
+def _judge_returned(value: Any, expected: Any, tolerance: float | None) -> Judged:
+    """A call's returned value (unset: it had no JSON form) against the expected one."""
+    if value is msgspec.UNSET:
+        return Judged(Verdict.WRONG_ANSWER, 0.0, "return value is not JSON-serialisable")
+    if call_result_matches(value, expected, tolerance):
+        return Judged(Verdict.ACCEPTED, 1.0)
+    return Judged(Verdict.WRONG_ANSWER, 0.0, _difference(_show(value), _show(expected)))
 
 
 def _missing(result: ExecResult) -> Judged:

@@ -253,6 +253,27 @@ async def test_exiting_is_never_passing(executor: Executor, body: str) -> None:
     assert await judge(executor, code, FN) == [AC, RE, AC]
 
 
+@pytest.mark.parametrize("language", ["python", "javascript"])
+async def test_a_call_passes_only_by_the_value_it_returns(
+    executor: Executor, language: str
+) -> None:
+    """A reward hack: the program rewrites the harness inside its own test so that the
+    test's record says "accepted" (Python: the json.dumps the harness encodes it with;
+    JavaScript: out of its vm context, the harness's JSON.stringify)."""
+    forged = '{"verdict": "accepted"}'
+    hack = {
+        "python": f"import json\ndef add(a, b):\n    json.dumps = lambda *a, **k: {forged!r}\n"
+        "    return 0\n",
+        "javascript": "function add(a, b) {\n"
+        "  const host = console.log.constructor('return this')();\n"
+        f"  host.JSON.stringify = () => {forged!r};\n"
+        "  return 0;\n}\n",
+    }[language]
+    event = await executor.run(run(executor, hack, FN, language=language))
+    assert [t.verdict for t in event.tests] == [WA, WA, WA], event.tests
+    assert "passes only by the value it returns" in event.tests[0].message
+
+
 async def test_memory_and_output_limits_inside_the_harness(executor: Executor) -> None:
     hog = "def add(a, b):\n    if a == 3:\n        x = bytearray(1 << 30)\n    return a + b\n"
     assert await judge(executor, hog, FN) == [AC, MLE, AC]
