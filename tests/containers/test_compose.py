@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 
 from rewardbus.ports import free_ports
 from tests.containers.harness import SECCOMP_PROFILE
+from tests.support.poll import until_sync
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -62,18 +63,6 @@ class Deployment:
     def get(self, port: int, path: str) -> Any:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
             return json.load(answer)
-
-
-def _eventually(check: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return True
-        except OSError:  # the server is not answering yet
-            pass
-        time.sleep(1)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +105,26 @@ def test_the_demo_is_judged_by_the_compose_workers(deployment: Deployment) -> No
         up = [t["labels"]["job"] for t in targets["data"]["activeTargets"] if t["health"] == "up"]
         return sorted(up) == ["rewardbus-aggregator"] + ["rewardbus-worker"] * WORKERS
 
-    assert _eventually(scraped, 60), deployment.get(deployment.prometheus_port, "/api/v1/targets")
+    until_sync(
+        scraped,
+        lambda: f"every target up: {deployment.get(deployment.prometheus_port, '/api/v1/targets')}",
+        timeout_s=60,
+        every_s=1,
+        ignoring=(OSError,),  # the server is not answering yet
+    )
 
     def judged() -> float:
         query = "/api/v1/query?query=sum(rewardbus_worker_completions_total)"
         result = deployment.get(deployment.prometheus_port, query)["data"]["result"]
         return float(result[0]["value"][1]) if result else 0.0
 
-    assert _eventually(lambda: judged() >= 20, 60), judged()
+    until_sync(
+        lambda: judged() >= 20,
+        lambda: f"20 judged completions in Prometheus, {judged()} so far",
+        timeout_s=60,
+        every_s=1,
+        ignoring=(OSError,),
+    )
     rules = deployment.get(deployment.prometheus_port, "/api/v1/rules")["data"]["groups"]
     assert sum(len(group["rules"]) for group in rules) > 0  # infra/prometheus's rules
 
@@ -131,4 +132,10 @@ def test_the_demo_is_judged_by_the_compose_workers(deployment: Deployment) -> No
         services = set(deployment.get(deployment.jaeger_port, "/api/services")["data"] or [])
         return {"rewardbus-demo", "rewardbus-worker", "rewardbus-aggregator"} <= services
 
-    assert _eventually(traced, 60), deployment.get(deployment.jaeger_port, "/api/services")
+    until_sync(
+        traced,
+        lambda: f"each service's traces: {deployment.get(deployment.jaeger_port, '/api/services')}",
+        timeout_s=60,
+        every_s=1,
+        ignoring=(OSError,),
+    )

@@ -6,10 +6,8 @@ What the components rely on from the seam is pinned here, so a unit test on
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -36,6 +34,7 @@ from kafkaio import (
     wait_for_topics,
 )
 from schemas import DeadLetter, KafkaSettings, Topics, decode
+from tests.support.poll import until
 
 
 def in_group(group: str) -> ConsumerOptions:
@@ -55,15 +54,6 @@ def clients(request: pytest.FixtureRequest) -> Clients:
 
 def name(what: str) -> str:
     return f"c{uuid.uuid4().hex[:10]}.{what}"
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 30) -> None:
-    """Poll ``check`` until it holds, or fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def topic(clients: Clients, partitions: int = 1, **config: str) -> str:

@@ -7,7 +7,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -32,6 +32,7 @@ from schemas import (
     header,
     inject_context,
 )
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -94,14 +95,6 @@ async def produce(
             )
     finally:
         await producer.stop()
-
-
-async def until(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def read_topic(kafka: KafkaSettings, topic: str) -> list[bytes]:
@@ -271,7 +264,9 @@ async def test_a_crash_mid_batch_loses_nothing_and_counts_each_sample_once(
             async def persisted() -> bool:
                 return await settled(kafka, first_half, 5)
 
-            await until(persisted, 60, "the first half to be persisted and committed")
+            await until(
+                persisted, "the first half to be persisted and committed", timeout_s=60, every_s=0.1
+            )
             await crash(task)
         # The first half again (as a redelivery would bring it), then the rest.
         await produce(kafka, kafka.topics.rewards, rewards[:5] + rewards[5:])
@@ -326,7 +321,9 @@ async def test_kill_9_mid_batch_then_restart_emits_the_batch_once(kafka: KafkaSe
         async def persisted() -> bool:
             return await settled(kafka, wanted, 6)
 
-        await until(persisted, 60, "the first half to be persisted and committed")
+        await until(
+            persisted, "the first half to be persisted and committed", timeout_s=60, every_s=0.1
+        )
         proc.send_signal(signal.SIGKILL)
         assert await proc.wait() == -signal.SIGKILL
         await produce(kafka, kafka.topics.rewards, rewards)  # all again: half are duplicates

@@ -46,6 +46,7 @@ from schemas import (
     encode,
     is_canary_batch,
 )
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -270,15 +271,19 @@ async def _committed_up_to(
     """Poll the aggregator group's committed offsets until they reach ``ends``."""
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group, enable_auto_commit=False)
     await consumer.start()
+    committed: dict[TopicPartition, int] = {}
+
+    async def reached() -> bool:
+        committed.update({tp: await consumer.committed(tp) or 0 for tp in ends})
+        return all(committed[tp] >= end for tp, end in ends.items())
+
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            committed = {tp: await consumer.committed(tp) or 0 for tp in ends}
-            if all(committed[tp] >= end for tp, end in ends.items()):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"aggregator committed {committed}, not {ends}")
-            await asyncio.sleep(0.2)  # polling the broker's committed offsets, with a deadline
+        await until(
+            reached,
+            lambda: f"the aggregator to commit {ends}, committed {committed}",
+            timeout_s=timeout_s,
+            every_s=0.2,
+        )
     finally:
         await consumer.stop()
 
@@ -464,12 +469,13 @@ async def test_the_command_runs_until_sigterm_and_serves_its_counters(
         assert proc.stderr is not None
         try:
             url = await _metrics_url(proc.stderr)
-            deadline = time.monotonic() + 120
             # More than one pass over the set: the loop keeps going round.
             wanted = len(load_golden(languages=["javascript"])) + 2
-            while (judged := await asyncio.to_thread(_judged_on, url)) < wanted:
-                assert time.monotonic() < deadline, f"only {judged} canaries judged"
-                await asyncio.sleep(0.5)  # polling the live endpoint, with a deadline
+
+            async def judged_enough() -> bool:
+                return await asyncio.to_thread(_judged_on, url) >= wanted
+
+            await until(judged_enough, f"{wanted} canaries judged", timeout_s=120, every_s=0.5)
         finally:
             proc.send_signal(signal.SIGTERM)
             out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

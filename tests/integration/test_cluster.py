@@ -10,7 +10,6 @@ through without a restart. The reward gap around the kill is measured and printe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from rewardbus.topics import await_group_members, ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEvent, Topics, decode
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,6 @@ class RewardWatch:
     def __init__(self, kafka: KafkaSettings) -> None:
         self.arrivals: list[tuple[float, str]] = []
         self._kafka = kafka
-        self._changed = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         consumer = AIOKafkaConsumer(**self._kafka.client_kwargs())
@@ -92,19 +91,16 @@ class RewardWatch:
                     for record in records:
                         assert record.value is not None
                         self.arrivals.append((now, decode(record.value, RewardEvent).sample_id))
-                self._changed.set()
         finally:
             await consumer.stop()
 
-    async def until(self, count: int, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.arrivals) < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"only {len(self.arrivals)} of {count} rewards arrived")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+    async def reached(self, count: int, timeout_s: float = 180) -> None:
+        await until(
+            lambda: len(self.arrivals) >= count,
+            lambda: f"{count} rewards, {len(self.arrivals)} arrived",
+            timeout_s=timeout_s,
+            every_s=0.05,
+        )
 
     def gap_around(self, at: float) -> tuple[float, float]:
         """(longest stretch without a reward that spans `at`, time from `at` to the next one)."""
@@ -127,15 +123,21 @@ async def _leaders_without(
     kafka: KafkaSettings, topics: list[str], node: int, timeout_s: float = 120
 ) -> dict[str, dict[int, int]]:
     """Poll until no partition of `topics` names `node` as its leader (it was killed)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(KafkaError):  # the admin may try the dead node first
-            leaders = await _leaders(kafka, topics)
-            if all(node not in parts.values() for parts in leaders.values()):
-                return leaders
-        if time.monotonic() > deadline:
-            raise AssertionError(f"node {node} still leads partitions after {timeout_s} s")
-        await asyncio.sleep(0.2)
+    leaders: dict[str, dict[int, int]] = {}
+
+    async def moved() -> bool:
+        leaders.update(await _leaders(kafka, topics))
+        return all(node not in parts.values() for parts in leaders.values())
+
+    # The admin may try the dead node first.
+    await until(
+        moved,
+        f"node {node} to lead no partition",
+        timeout_s=timeout_s,
+        every_s=0.2,
+        ignoring=(KafkaError,),
+    )
+    return leaders
 
 
 async def _min_isr(kafka: KafkaSettings, topics: list[str]) -> dict[str, str]:
@@ -217,7 +219,7 @@ async def _publish(
         for manifest, completions in batches:
             await producer.publish_manifest(manifest)
             for completion in completions:
-                await watch.until(published - IN_FLIGHT)
+                await watch.reached(published - IN_FLIGHT)
                 started = time.monotonic()
                 await producer.publish(completion)
                 slowest = max(slowest, time.monotonic() - started)
@@ -247,13 +249,13 @@ async def test_leader_kill_and_restart_lose_and_duplicate_nothing(cluster: Clust
     ):
         await await_group_members(kafka, f"{topics.prefix}workers", 2, timeout_s=120)
         publisher = asyncio.ensure_future(_publish(kafka, watch, batches))
-        await watch.until(KILL_AFTER)
+        await watch.reached(KILL_AFTER)
         killed_at = time.monotonic()
         await asyncio.to_thread(cluster.kill, victim)
         seen_at_kill = len(watch.arrivals)
         moved = await _leaders_without(kafka, [topics.completions, topics.rewards], victim)
         new_leaders_after = time.monotonic() - killed_at
-        await watch.until(seen_at_kill + RESTART_AFTER)
+        await watch.reached(seen_at_kill + RESTART_AFTER)
         restart_began = time.monotonic()
         await asyncio.to_thread(cluster.restart, victim)
         restarted_at = time.monotonic()

@@ -31,6 +31,7 @@ from schemas import (
     decode,
     encode,
 )
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -431,10 +432,8 @@ async def test_work_cancelled_at_the_drain_deadline_is_redone_by_the_other_worke
             async with RolloutProducer(kafka) as producer:
                 await producer.publish_manifest(_manifest("b7", slow))
                 await producer.publish_many(slow)
-            deadline = time.monotonic() + 60
-            while quitter_stats.consumed == 0:  # stop it while it is busy
-                assert time.monotonic() < deadline, "the quitter never got work"
-                await asyncio.sleep(0.05)
+            # Stop it while it is busy.
+            await until(lambda: quitter_stats.consumed > 0, "the quitter to get work", timeout_s=60)
         batch = await learner.get("b7", timeout=120)
     assert batch.complete and batch.missing == []
     assert all(s.score == 1.0 for s in batch.samples)

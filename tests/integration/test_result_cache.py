@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 import timeit
-from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -29,6 +27,7 @@ from schemas import (
     encode,
     suite_digest,
 )
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +57,6 @@ def new_cache(kafka: KafkaSettings, worker_id: str) -> ClusterResultCache:
     return ClusterResultCache(kafka, LocalResultCache(16 << 20), worker_id=worker_id)
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` until it holds or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.001)
-
-
 async def topic_config(kafka: KafkaSettings, topic: str) -> dict[str, str]:
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()
@@ -91,7 +81,7 @@ async def test_a_result_put_on_one_worker_is_a_hit_on_another(kafka: KafkaSettin
     async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
         assert await b.get(fp) is None
         assert await a.put(fp, accepted())
-        await until(lambda: fp in b.local, 30, "the entry to reach worker b")
+        await until(lambda: fp in b.local, "the entry to reach worker b", timeout_s=30)
         shared = await b.get(fp)
         assert shared == await a.get(fp)
         assert isinstance(shared, CachedResult)
@@ -117,7 +107,9 @@ async def test_a_late_worker_loads_earlier_entries(kafka: KafkaSettings) -> None
     async with new_cache(kafka, "w-a") as a:
         for fp in fps:
             await a.put(fp, accepted())
-        await until(lambda: a.stats.produced == len(fps), 30, "the broker to ack every entry")
+        await until(
+            lambda: a.stats.produced == len(fps), "the broker to ack every entry", timeout_s=30
+        )
     async with new_cache(kafka, "w-late") as late:
         await late.wait_caught_up(30)
         assert all(fp in late.local for fp in fps)
@@ -130,7 +122,9 @@ async def test_start_up_replays_only_what_the_local_cache_can_hold(kafka: KafkaS
     async with new_cache(kafka, "w-a") as a:
         for fp in fps:
             await a.put(fp, accepted())
-        await until(lambda: a.stats.produced == len(fps), 30, "the broker to ack every entry")
+        await until(
+            lambda: a.stats.produced == len(fps), "the broker to ack every entry", timeout_s=30
+        )
     # Room for about ten entries: the replay reads tens of records, not all 200.
     small = ClusterResultCache(kafka, LocalResultCache(max_bytes=10 * 340), worker_id="w-small")
     async with small:
@@ -161,7 +155,7 @@ async def test_only_trustworthy_entries_are_shared(kafka: KafkaSettings) -> None
     async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
         assert not await a.put(refused, RewardEvent(sample_id="y", verdict=Verdict.TIME_LIMIT))
         assert await a.put(good, accepted())
-        await until(lambda: a.stats.produced == 1, 30, "the broker to ack the entry")
+        await until(lambda: a.stats.produced == 1, "the broker to ack the entry", timeout_s=30)
         await b.wait_caught_up(30)
         assert good in b.local
         assert refused not in b.local
@@ -174,7 +168,7 @@ async def test_a_tombstone_withdraws_an_entry(kafka: KafkaSettings) -> None:
     fp = fp_of("print(5)\n")
     async with new_cache(kafka, "w-a") as a:
         await a.put(fp, accepted())
-        await until(lambda: a.stats.produced == 1, 30, "the broker to ack the entry")
+        await until(lambda: a.stats.produced == 1, "the broker to ack the entry", timeout_s=30)
         await a.wait_caught_up(30)
         producer = AIOKafkaProducer(**kafka.client_kwargs())
         await producer.start()
@@ -201,7 +195,7 @@ async def test_cross_worker_visibility_latency(kafka: KafkaSettings) -> None:
             fp = fp_of(f"print({i})\n")
             started = time.perf_counter()
             await a.put(fp, accepted())
-            await until(lambda fp=fp: fp in b.local, 30, "the entry to reach worker b")  # type: ignore[misc]
+            await until(lambda fp=fp: fp in b.local, "the entry to reach worker b", timeout_s=30)  # type: ignore[misc]
             latencies_ms.append((time.perf_counter() - started) * 1000)
         local = b.local
         some = fp_of("print(7)\n")

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from rewardbus.observability.prometheus import PrometheusConfig, PrometheusProce
 from rewardbus.observability.top import scrape
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, ScoredBatch, Topics
+from tests.support.poll import until_sync
 
 __all__ = [
     "ACCEPTED",
@@ -46,7 +47,6 @@ __all__ = [
     "WRONG",
     "Metered",
     "metered",
-    "poll",
     "prometheus",
     "scrape_text",
     "total",
@@ -78,15 +78,6 @@ class Metered:
     @property
     def targets(self) -> tuple[str, ...]:
         return tuple(url.removeprefix("http://").removesuffix("/metrics") for url in self.urls)
-
-
-def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Wait until ``check()`` holds (a deadline, never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def scrape_text(url: str) -> str:
@@ -211,10 +202,10 @@ def total(url: str, name: str, **labels: str) -> float:
 
 def _await_counts(metered: Metered) -> None:
     want = ACCEPTED + WRONG + DEAD
-    poll(
+    until_sync(
         lambda: total(metered.worker_url, "rewardbus_worker_completions_total") == want,
-        60,
         f"{want} completions counted",
+        timeout_s=60,
     )
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from rewardbus.observability.prometheus import PrometheusProcess, query
 from rewardbus.observability.top import scrape
-from tests.observability.metered import Metered, poll
+from tests.observability.metered import Metered
+from tests.support.poll import until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -77,13 +78,15 @@ def test_every_panel_query_runs_and_finds_series(
     # aggregator are scraped independently, so one target's scrapes say nothing of the other's.
     for instance in metered.targets:
         two = f'count_over_time(up{{instance="{instance}"}}[1m]) > 1'
-        poll(partial(_finds_series, url, two), 60, f"two scrapes of {instance}")
+        until_sync(partial(_finds_series, url, two), f"two scrapes of {instance}", timeout_s=60)
     for title, expr in _exprs():
         promql = expr
         for variable, value in GRAFANA_VARIABLES.items():
             promql = promql.replace(variable, value)
         # A scrape can still time out on a loaded machine: a deadline per panel, not one try.
-        poll(partial(_finds_series, url, promql), 60, f"{title}: {promql} to find series")
+        until_sync(
+            partial(_finds_series, url, promql), f"{title}: {promql} to find series", timeout_s=60
+        )
 
 
 def _finds_series(url: str, promql: str) -> bool:

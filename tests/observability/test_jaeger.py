@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from rewardbus.observability.jaeger import (
     collector_config,
 )
 from rewardbus.observability.jaeger_query import JaegerQuery, TraceNotFound
+from tests.support.poll import until_sync
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
@@ -53,15 +53,6 @@ def _address(hex_address: str) -> str:
     raw = bytes.fromhex(hex_address)
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     return socket.inet_ntop(socket.AF_INET6, words)
-
-
-def _wait_for(predicate: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_config_names_every_listener_on_loopback() -> None:
@@ -98,12 +89,17 @@ def test_spans_sent_over_otlp_come_back_from_the_query_api(
         trace_id = f"{child.get_span_context().trace_id:032x}"
     provider.shutdown()
 
-    assert _wait_for(lambda: "jaeger-smoke" in jaeger_query.services(), 10)
+    def tagged() -> list[str]:
+        return jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1")
+
+    until_sync(lambda: "jaeger-smoke" in jaeger_query.services(), "the service", timeout_s=10)
     # The service shows with the first span stored (the child ends first); the tagged
     # parent may land a moment later.
-    assert _wait_for(
-        lambda: jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1") == [trace_id], 10
-    ), jaeger_query.find_trace_ids("rewardbus.sample_id", "smoke-1")
+    until_sync(
+        lambda: tagged() == [trace_id],
+        lambda: f"trace {trace_id} by its tag, found {tagged()}",
+        timeout_s=10,
+    )
     spans = {span.name: span for span in jaeger_query.trace(trace_id)}
     assert set(spans) == {"parent", "child"}
     assert spans["child"].parent_id == spans["parent"].span_id

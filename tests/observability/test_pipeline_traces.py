@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from schemas import (
     ScoredBatch,
     suite_digest,
 )
+from tests.support.poll import until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -157,14 +158,6 @@ async def _trainer(kafka: KafkaSettings, env: dict[str, str], payload: Path) -> 
     assert proc.returncode == 0, stderr.decode(errors="replace")
 
 
-def _poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 async def traced_run(
     kafka_bootstrap: str, jaeger: JaegerProcess, tmp_path_factory: pytest.TempPathFactory
@@ -259,7 +252,7 @@ def sample_traces(traced_run: TracedRun) -> dict[str, SampleTrace]:
                 found[sample_id] = trace
         return len(found) == len(traced_run.samples)
 
-    _poll(all_there, 30, "every sample's spans in Jaeger")
+    until_sync(all_there, "every sample's spans in Jaeger", timeout_s=30, every_s=0.2)
     return found
 
 
@@ -402,7 +395,7 @@ def test_batch_span_links_every_sample(
             return False
         return True
 
-    _poll(found, 30, "the scored batch's span in Jaeger")
+    until_sync(found, "the scored batch's span in Jaeger", timeout_s=30, every_s=0.2)
     batch = batch_trace(traced_run.query, traced_run.batch_id, lookback_s=3600)
     emit = _one(list(batch.spans), "emit scored batch")
     assert emit.service == AGGREGATOR

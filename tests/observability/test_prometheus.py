@@ -19,7 +19,8 @@ from rewardbus.observability.prometheus import (
     query,
     scrape_config,
 )
-from tests.observability.metered import ACCEPTED, DEAD, WRONG, Metered, poll
+from tests.observability.metered import ACCEPTED, DEAD, WRONG, Metered
+from tests.support.poll import until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +38,16 @@ def test_promql_returns_the_counts_the_workload_produced(
     url = prometheus.config.url
     judged = ACCEPTED + WRONG + DEAD
     # Both targets scraped once (each on its own schedule).
-    poll(lambda: _value(url, 'sum(up{job="rewardbus"})') == 2, 60, "both targets up")
-    poll(lambda: _value(url, "sum(rewardbus_worker_completions_total)") == judged, 60, "a scrape")
+    until_sync(
+        lambda: _value(url, 'sum(up{job="rewardbus"})') == 2, "both targets up", timeout_s=60
+    )
+    until_sync(
+        lambda: _value(url, "sum(rewardbus_worker_completions_total)") == judged,
+        "a scrape",
+        timeout_s=60,
+    )
     batches = 'sum(rewardbus_aggregator_batches_total{complete="true"})'
-    poll(lambda: _value(url, batches) is not None, 60, "a scrape of the aggregator")
+    until_sync(lambda: _value(url, batches) is not None, "a scrape of the aggregator", timeout_s=60)
     by_verdict = {
         s.labels["verdict"]: s.value
         for s in query(url, "sum by (verdict) (rewardbus_worker_rewards_total)")
@@ -58,7 +65,7 @@ def test_promql_returns_the_counts_the_workload_produced(
         return up == dict.fromkeys(metered.targets, 1.0)
 
     # One scrape can time out on a loaded machine; the next must succeed.
-    poll(every_target_up, 60, f"each of {metered.targets} up")
+    until_sync(every_target_up, f"each of {metered.targets} up", timeout_s=60)
     buckets = "rewardbus_worker_reward_latency_milliseconds_bucket"
     p99 = _value(url, f"histogram_quantile(0.99, sum by (le) ({buckets}))")
     assert p99 is not None and 0 < p99 < 120_000
@@ -92,7 +99,7 @@ def test_rewardbus_prometheus_serves_until_sigterm(
         url = found.group(1)
         with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as reply:
             assert reply.status == 200
-        poll(lambda: _value(url, "sum(rewardbus_worker_live)") == 1, 60, "a scrape")
+        until_sync(lambda: _value(url, "sum(rewardbus_worker_live)") == 1, "a scrape", timeout_s=60)
         with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=5) as reply:
             rules = reply.read().decode()
         assert "RewardbusNoLiveWorkers" in rules

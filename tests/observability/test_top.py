@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from rewardbus.observability.prometheus import PrometheusProcess, query
-from tests.observability.metered import ACCEPTED, DEAD, WRONG, Metered, poll
+from tests.observability.metered import ACCEPTED, DEAD, WRONG, Metered
+from tests.support.poll import until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +63,10 @@ def test_top_once_from_prometheus(metered: Metered, prometheus: PrometheusProces
         found = query(url, "sum(rewardbus_worker_completions_total)")
         return bool(found) and found[0].value == ACCEPTED + WRONG + DEAD
 
-    poll(scraped, 60, "Prometheus to scrape the worker")
-    poll(lambda: bool(query(url, "rewardbus_aggregator_reward_mean")), 60, "the aggregator")
+    until_sync(scraped, "Prometheus to scrape the worker", timeout_s=60)
+    until_sync(
+        lambda: bool(query(url, "rewardbus_aggregator_reward_mean")), "the aggregator", timeout_s=60
+    )
     text = _top("--prometheus", url, "--window", "5")
     assert text.splitlines()[0] == "rewardbus top - last 5.0 s - 1 source(s)"
     _check_frame(text, metered, sources=1)

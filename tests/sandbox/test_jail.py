@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from sandbox_workers.jail import (
 from sandbox_workers.jail.cgroups import CgroupLimits, V2Slot, V2Tree, detect_tree
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, SandboxFault
 from tests.sandbox.procs import children_of_this_process, jailed_processes, processes_with
+from tests.support.poll import until
 
 PREFIX = Path(sys.base_prefix).resolve()
 PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
@@ -38,14 +39,6 @@ def py(code: str, *args: str, **fields: Any) -> ExecRequest:
         extra_mounts=MOUNTS,
         **fields,
     )
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll until check() holds, failing past the deadline."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 def json_out(result: ExecResult) -> dict[str, Any]:
@@ -394,11 +387,15 @@ async def test_cancelled_execution_leaves_nothing_behind(jail: JailSandbox) -> N
     marker = f"rbtest-{uuid.uuid4().hex}"
     code = "import os, time\nos.fork()\ntime.sleep(600)"
     task = asyncio.create_task(jail.execute(py(code, marker, time_s=60)))
-    await eventually(lambda: len(jailed_processes(marker)) == 2)
+    await until(lambda: len(jailed_processes(marker)) == 2, "both jailed processes", timeout_s=5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await eventually(lambda: not processes_with(marker) and not children_of_this_process())
+    await until(
+        lambda: not processes_with(marker) and not children_of_this_process(),
+        "every process of the cancelled execution to be gone",
+        timeout_s=5,
+    )
     assert (await jail.execute(py("print(1)"))).stdout == b"1\n"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +33,7 @@ from schemas import (
     decode,
     encode,
 )
+from tests.support.poll import until
 
 GROUP = "workers"
 SUITE = IoSuite(inputs=["1\n"], outputs=["1\n"])
@@ -100,15 +101,6 @@ def broker(kafka: KafkaSettings) -> FakeBroker:
 
 def tp(kafka: KafkaSettings) -> TopicPartition:
     return TopicPartition(kafka.topics.completions, 0)
-
-
-async def until(check: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
-    """Poll ``check`` until it holds, or fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.002)
 
 
 @asynccontextmanager

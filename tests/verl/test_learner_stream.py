@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from producers import BatchWindow, RolloutProducer
 from rewardbus.local import WorkerPoolOptions, aggregator, worker_pool
 from rewardbus.topics import ensure_topics
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings
+from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
 
@@ -86,17 +86,6 @@ def rollout(batch: list[Completion], seed: int) -> DataProto:
     )
 
 
-async def until(check: Callable[[], bool | Awaitable[bool]], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while True:
-        result = check()
-        if result if isinstance(result, bool) else await result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def test_the_third_batch_waits_until_a_scored_batch_is_consumed(
     kafka: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -136,7 +125,9 @@ async def test_the_third_batch_waits_until_a_scored_batch_is_consumed(
             # The first two batches are judged, scored and on the topic...
             seen = {(await observer.next(timeout=120)).batch_id for _ in range(2)}
             assert seen == {"b0", "b1"}
-            await until(lambda: published == ["b0", "b1"], 10, "the publisher to see its acks")
+            await until(
+                lambda: published == ["b0", "b1"], "the publisher to see its acks", timeout_s=10
+            )
             # ...and still the third is not published: nobody consumed a scored batch, so
             # nothing released a slot (the window is the only way past acquire()).
             assert not publisher.done() and published == ["b0", "b1"]
@@ -145,7 +136,9 @@ async def test_the_third_batch_waits_until_a_scored_batch_is_consumed(
             got: dict[str, LearnerBatch[DataProto]] = {}
             first = await learn.next(timeout=60)
             got[first.batch_id] = first
-            await until(lambda: published == batch_ids, 60, "the third batch to be published")
+            await until(
+                lambda: published == batch_ids, "the third batch to be published", timeout_s=60
+            )
             for _ in range(2):
                 batch = await learn.next(timeout=120)
                 got[batch.batch_id] = batch

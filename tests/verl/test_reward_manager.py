@@ -28,6 +28,7 @@ from consumers.verl_tasks import REWARD_EXTRA_KEYS, VerlRewardSettings, task_fro
 from rewardbus.topics import ensure_topics
 from rewardbus.verl_harness import rollout_dataproto, verl_config
 from schemas import KafkaSettings, RewardEvent, decode
+from tests.support.poll import until
 
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 DIFF = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
@@ -185,10 +186,12 @@ async def test_each_process_reads_only_its_own_rewards(
             on_topic = await _read_topic(workers, client.reply_topic, expect=6)
             assert {e.sample_id for e in on_topic} == {f"{prefix}{i}" for i in range(6)}
         reply_topics = (first.reply_topic, second.reply_topic)
-    deadline = time.monotonic() + 20  # deletion completes asynchronously on the broker
-    while set(reply_topics) & set(await _topic_names(workers)):
-        assert time.monotonic() < deadline, "reply topics were not deleted at stop"
-        await asyncio.sleep(0.2)
+
+    async def deleted() -> bool:
+        return not set(reply_topics) & set(await _topic_names(workers))
+
+    # Deletion completes asynchronously on the broker.
+    await until(deleted, "the reply topics to be deleted at stop", timeout_s=20, every_s=0.2)
 
 
 async def _read_topic(kafka: KafkaSettings, topic: str, *, expect: int) -> list[RewardEvent]:

@@ -1,0 +1,1 @@
+"""What the tests share: one poll helper, the pipeline's stages and topic readers."""
