@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from consumers import ScoredBatches
 from producers import RolloutProducer
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, ScoredBatch
 from tests.containers.harness import (
@@ -31,6 +31,7 @@ from tests.containers.harness import (
     wait_group,
     worker_container,
 )
+from tests.support import stages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -74,21 +75,6 @@ async def _scored(kafka: KafkaSettings, batch_id: str, timeout_s: float) -> Scor
 
 
 @contextlib.asynccontextmanager
-async def _aggregator(kafka: KafkaSettings) -> AsyncIterator[None]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    config = AggregatorConfig(group_id=f"{kafka.topics.prefix}agg")
-    task = asyncio.ensure_future(run_aggregator(kafka, config, shutdown=stop, ready=ready))
-    async with asyncio.timeout(60):
-        await ready.wait()
-    try:
-        yield
-    finally:
-        stop.set_result(None)
-        await asyncio.wait_for(task, timeout=60)
-
-
-@contextlib.asynccontextmanager
 async def _containers() -> AsyncIterator[list[DockerContainer]]:
     started: list[DockerContainer] = []
     try:
@@ -112,7 +98,7 @@ async def test_workers_join_mid_batch(ckafka: KafkaSettings, reward_log: RewardL
     group = f"{ckafka.topics.prefix}workers"
     # ~70 s of work for one worker: it outlasts two container starts on a loaded 2-core host.
     manifest, work = _batch("join", size=48, pause=1.5)
-    async with _aggregator(ckafka), _containers() as running:
+    async with stages.running(stages.aggregator(ckafka)), _containers() as running:
         first = worker_container(ckafka, "w1")
         running.append(first)
         first_start_s = await start_worker(first)
@@ -147,7 +133,7 @@ async def test_workers_join_mid_batch(ckafka: KafkaSettings, reward_log: RewardL
 async def test_worker_killed_mid_batch(ckafka: KafkaSettings, reward_log: RewardLog) -> None:
     group = f"{ckafka.topics.prefix}workers"
     manifest, work = _batch("kill", size=24, pause=0.5)
-    async with _aggregator(ckafka), _containers() as running:
+    async with stages.running(stages.aggregator(ckafka)), _containers() as running:
         workers = [worker_container(ckafka, w) for w in ("k1", "k2")]
         running.extend(workers)
         await asyncio.gather(*(start_worker(c) for c in workers))

@@ -7,16 +7,17 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from consumers import AggregatorConfig, ScoredBatches, grpo_advantages, run_aggregator
-from kafkaio import AioClients, ensure_topics, running, table_spec
+import kafkaio
+from consumers import ScoredBatches, grpo_advantages
+from kafkaio import AioClients, ensure_topics, table_spec
 from schemas import (
     BatchManifest,
     DeadLetter,
@@ -33,6 +34,8 @@ from schemas import (
     inject_context,
 )
 from tests.support.poll import until
+from tests.support.reading import read_topic, read_until
+from tests.support.stages import aggregator, group_of, running
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +49,7 @@ async def create_topics(kafka: KafkaSettings) -> None:
     """Manifests, rewards and scored co-partitioned; the aggregator creates its state topic."""
     roles: list[TopicRole] = ["manifests", "rewards", "scored", "dlq"]
     admin = AioClients(kafka).admin()
-    async with running(admin):
+    async with kafkaio.running(admin):
         specs = [table_spec(kafka.topics, role, partitions=PARTITIONS) for role in roles]
         await ensure_topics(admin, specs, timeout_s=30)
 
@@ -97,38 +100,12 @@ async def produce(
         await producer.stop()
 
 
-async def read_topic(kafka: KafkaSettings, topic: str) -> list[bytes]:
-    """Everything on ``topic`` right now."""
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        (info,) = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    tps = [TopicPartition(topic, p["partition"]) for p in info["partitions"]]
-    if not tps:
-        return []
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        values: list[bytes] = []
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                values.extend(r.value for r in records if r.value is not None)
-        return values
-    finally:
-        await consumer.stop()
-
-
 async def committed_rewards(kafka: KafkaSettings) -> int:
     """How many reward records the aggregator's group has committed, over all partitions."""
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(group_of(kafka))
+        offsets = await admin.list_consumer_group_offsets(group_of(kafka, "agg"))
     finally:
         await admin.close()
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == kafka.topics.rewards)
@@ -146,39 +123,11 @@ async def held_samples(kafka: KafkaSettings) -> set[str]:
     return {r.sample_id for r in records if isinstance(r, SampleRecord)}
 
 
-@contextlib.asynccontextmanager
-async def aggregator(
-    kafka: KafkaSettings, config: AggregatorConfig | None = None
-) -> AsyncIterator[asyncio.Task[None]]:
-    """A running aggregator task; stopped gracefully on exit unless already finished."""
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    config = config or AggregatorConfig(group_id=group_of(kafka))
-    task = asyncio.create_task(run_aggregator(kafka, config, shutdown=stop, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    if task.done():
-        task.result()
-    assert ready.is_set(), "aggregator not ready within 60 s"
-    try:
-        yield task
-    finally:
-        if not task.done():
-            stop.set_result(None)
-            await asyncio.wait_for(task, timeout=30)
-
-
 async def crash(task: asyncio.Task[None]) -> None:
     """Stop the aggregator without its graceful shutdown (no final commit)."""
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-def group_of(kafka: KafkaSettings) -> str:
-    """A consumer group per test: a dead member of another test's group cannot stall this one."""
-    return f"{kafka.topics.prefix}agg"
 
 
 def check_scores(batch: ScoredBatch, m: BatchManifest) -> None:
@@ -199,7 +148,7 @@ async def test_duplicates_and_early_rewards_are_aggregated_once(kafka: KafkaSett
     await create_topics(kafka)
     m = make_manifest("b1", 8)
     rewards = [make_reward(m, i) for i in range(8)]
-    async with aggregator(kafka), ScoredBatches(kafka) as learner:
+    async with running(aggregator(kafka)), ScoredBatches(kafka) as learner:
         # Rewards first (held until the manifest comes), each delivered twice.
         await produce(kafka, kafka.topics.rewards, rewards[:5] + rewards[:5])
         await produce(kafka, kafka.topics.manifests, [m])
@@ -215,7 +164,7 @@ async def test_duplicates_and_early_rewards_are_aggregated_once(kafka: KafkaSett
 async def test_a_batch_past_its_deadline_lists_what_is_missing(kafka: KafkaSettings) -> None:
     await create_topics(kafka)
     m = make_manifest("late", 5, deadline_s=2)
-    async with aggregator(kafka), ScoredBatches(kafka) as learner:
+    async with running(aggregator(kafka)), ScoredBatches(kafka) as learner:
         await produce(kafka, kafka.topics.manifests, [m])
         await produce(kafka, kafka.topics.rewards, [make_reward(m, i) for i in (0, 2, 3)])
         batch = await learner.get("late", timeout=60)
@@ -230,7 +179,7 @@ async def test_garbage_goes_to_the_dlq_and_aggregation_continues(kafka: KafkaSet
     await create_topics(kafka)
     m = make_manifest("ok", 3)
     nameless = RewardEvent(sample_id="x", batch_id="", verdict=Verdict.ACCEPTED)
-    async with aggregator(kafka), ScoredBatches(kafka) as learner:
+    async with running(aggregator(kafka)), ScoredBatches(kafka) as learner:
         await produce(kafka, kafka.topics.rewards, [b"\xc1\x00garbage"], key="ok")
         await produce(kafka, kafka.topics.manifests, [b'{"not": "msgpack"}'], key="ok")
         await produce(kafka, kafka.topics.rewards, [encode(nameless)], key="ok")
@@ -257,7 +206,7 @@ async def test_a_crash_mid_batch_loses_nothing_and_counts_each_sample_once(
     rewards = [make_reward(m, i) for i in range(10)]
     first_half = {r.sample_id for r in rewards[:5]}
     async with ScoredBatches(kafka) as learner:
-        async with aggregator(kafka) as task:
+        async with running(aggregator(kafka)) as task:
             await produce(kafka, kafka.topics.manifests, [m])
             await produce(kafka, kafka.topics.rewards, rewards[:5])
 
@@ -270,7 +219,7 @@ async def test_a_crash_mid_batch_loses_nothing_and_counts_each_sample_once(
             await crash(task)
         # The first half again (as a redelivery would bring it), then the rest.
         await produce(kafka, kafka.topics.rewards, rewards[:5] + rewards[5:])
-        async with aggregator(kafka):
+        async with running(aggregator(kafka)):
             batch = await learner.get("crash", timeout=60)
     assert batch.complete and batch.missing == []
     assert [s.sample_id for s in batch.samples] == m.sample_ids
@@ -345,7 +294,11 @@ async def test_two_instances_share_the_partitions_and_see_whole_batches(
 ) -> None:
     await create_topics(kafka)
     manifests = [make_manifest(f"r{i}", 4, deadline_s=300) for i in range(12)]
-    async with aggregator(kafka), aggregator(kafka), ScoredBatches(kafka) as learner:
+    async with (
+        running(aggregator(kafka)),
+        running(aggregator(kafka)),
+        ScoredBatches(kafka) as learner,
+    ):
         await produce(kafka, kafka.topics.manifests, manifests)
         await produce(
             kafka, kafka.topics.rewards, [make_reward(m, i) for m in manifests for i in range(4)]
@@ -407,7 +360,7 @@ async def test_a_sample_trace_reaches_the_aggregator_and_the_batch_links_to_it(
     await create_topics(kafka)
     m = make_manifest("traced", 2)
     tracer = trace.get_tracer("test")
-    async with aggregator(kafka), ScoredBatches(kafka) as learner:
+    async with running(aggregator(kafka)), ScoredBatches(kafka) as learner:
         await produce(kafka, kafka.topics.manifests, [m])
         with tracer.start_as_current_span("emit reward") as upstream:
             headers = inject_context()
@@ -428,21 +381,14 @@ async def test_a_sample_trace_reaches_the_aggregator_and_the_batch_links_to_it(
     attributes = dict(aggregate.attributes or {})
     assert attributes["messaging.system"] == "kafka"
     assert attributes["messaging.destination.name"] == kafka.topics.rewards
-    assert attributes["messaging.consumer.group.name"] == group_of(kafka)
+    assert attributes["messaging.consumer.group.name"] == group_of(kafka, "agg")
     assert attributes["rewardbus.batch_id"] == "traced"
     assert {"messaging.kafka.partition", "messaging.kafka.offset"} <= attributes.keys()
     (emit,) = [s for s in spans if s.name == "emit scored batch"]
     linked = {link.context.span_id for link in emit.links}
     assert aggregate.context.span_id in linked and len(linked) == 2
     # The scored record carries the emission span's context.
-    consumer = AIOKafkaConsumer(
-        kafka.topics.scored, **kafka.client_kwargs(), auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        record = await asyncio.wait_for(consumer.getone(), timeout=30)
-    finally:
-        await consumer.stop()
+    record = (await read_until(kafka, [kafka.topics.scored], bool, what="a scored batch"))[0]
     traceparent = header(record.headers, "traceparent")
     assert traceparent is not None
     assert f"{emit.context.trace_id:032x}-{emit.context.span_id:016x}" in traceparent.decode()

@@ -3,6 +3,10 @@
 Only what a smoke run can say is checked: the last line is the JSON report and
 every program was judged right. Speed targets are the full runs' business
 (benchmarks/README.md), never a test's: this machine is shared and noisy.
+
+Those that need Kafka run on the session's broker (``--bootstrap-servers``; each run
+makes its own uuid-prefixed topics), except the two that measure the broker process
+itself (its CPU, its memory), which start their own as a user's run does.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ pytestmark = pytest.mark.integration
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def quick_run(name: str) -> dict[str, Any]:
+def quick_run(name: str, bootstrap: str | None = None) -> dict[str, Any]:
+    where = ["--bootstrap-servers", bootstrap] if bootstrap else []
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / name), "--quick"],
+        [sys.executable, str(BENCHMARKS / name), "--quick", *where],
         capture_output=True,
         text=True,
         timeout=150,
@@ -44,8 +49,8 @@ def test_bench_sandbox_quick() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_bench_pipeline_quick() -> None:
-    report = quick_run("bench_pipeline.py")
+def test_bench_pipeline_quick(kafka_bootstrap: str) -> None:
+    report = quick_run("bench_pipeline.py", kafka_bootstrap)
     for runs in report["throughput"]["runs"].values():
         for run in runs:
             if "judged_correctly" in run:
@@ -64,8 +69,8 @@ def test_bench_pipeline_quick() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_bench_io_quick() -> None:
-    report = quick_run("bench_io.py")
+def test_bench_io_quick(kafka_bootstrap: str) -> None:
+    report = quick_run("bench_io.py", kafka_bootstrap)
     limits = report["size_limits"]
     assert limits["inline_producer_and_topic_raised"] == "ok"
     assert limits["inline_default_limits"].startswith("FAILS: MessageSizeTooLargeError")
@@ -76,8 +81,8 @@ def test_bench_io_quick() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_bench_verl_quick() -> None:
-    report = quick_run("bench_verl.py")
+def test_bench_verl_quick(kafka_bootstrap: str) -> None:
+    report = quick_run("bench_verl.py", kafka_bootstrap)
     samples = report["samples"]
     assert samples >= 40
     for scorer in ("verl", "rewardbus"):
@@ -95,7 +100,7 @@ def test_bench_verl_quick() -> None:
 
 @pytest.mark.timeout(180)
 def test_bench_overload_quick() -> None:
-    report = quick_run("bench_overload.py")
+    report = quick_run("bench_overload.py")  # its own broker: its memory is reported
     for run in (report["peak"]["before"], report["overload"], report["peak"]["after"]):
         assert run["judged_correctly"] == run["completions"], run["verdicts"]
         assert "time_limit" not in run["verdicts"] and "sandbox_error" not in run["verdicts"]
@@ -132,7 +137,7 @@ def test_bench_test_code_quick() -> None:
 def test_cpu_guard_quick() -> None:
     # A smoke run judges nothing: it checks that the guard still measures every layer
     # (it exits 2 when one reads 0) and reads the committed baseline.
-    report = quick_run("cpu_guard.py")
+    report = quick_run("cpu_guard.py")  # its own broker: the guard measures its CPU
     assert report["status"] == 0
     assert set(report["verdicts"]) == {
         "worker_processes",

@@ -9,9 +9,6 @@ import signal
 import sys
 import time
 import urllib.request
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,19 +17,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers import AggregatorConfig, run_aggregator
+from consumers import AggregatorConfig
 from producers import RolloutProducer
 from rewardbus.canary import CanaryConfig, CanaryStats, load_golden, run_canaries
 from rewardbus.topics import await_group_members, ensure_topics
-from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers import Executor
-from sandbox_workers.service import CompletionRunner, WorkerConfig, run_worker
 from schemas import (
     BatchManifest,
     Completion,
@@ -46,35 +41,12 @@ from schemas import (
     encode,
     is_canary_batch,
 )
+from tests.support.metrics import Points, counter_points
 from tests.support.poll import until
+from tests.support.reading import end_offsets, read_topic
+from tests.support.stages import aggregator, group_of, running, worker
 
 pytestmark = pytest.mark.integration
-
-Points = dict[str, Counter[tuple[tuple[str, str], ...]]]
-
-
-def _group(kafka: KafkaSettings, name: str) -> str:
-    return f"{kafka.topics.prefix}{name}"
-
-
-@asynccontextmanager
-async def _running(
-    start: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
-) -> AsyncIterator[None]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task = asyncio.ensure_future(start(stop, ready))
-    waiter = asyncio.ensure_future(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=60)
-    waiter.cancel()
-    if task.done():
-        task.result()
-    try:
-        yield
-    finally:
-        if not stop.done():
-            stop.set_result(None)
-        await asyncio.wait_for(task, timeout=120)
 
 
 @dataclass(frozen=True)
@@ -93,50 +65,6 @@ class ShrunkTimeLimits:
             completion.limits, time_s=completion.limits.time_s * self.factor
         )
         return await self.inner.run(msgspec.structs.replace(completion, limits=limits), suite)
-
-
-def _worker(
-    kafka: KafkaSettings,
-    worker_id: str,
-    wrap: Callable[[Executor], CompletionRunner] | None = None,
-) -> Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]]:
-    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
-    runner: CompletionRunner = executor if wrap is None else wrap(executor)
-    config = WorkerConfig(group_id=_group(kafka, "workers"), worker_id=worker_id)
-
-    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
-        try:
-            return await run_worker(kafka, config, runner, shutdown=stop, ready=ready)
-        finally:  # its warm zygotes must not outlive the test
-            await executor.aclose()
-
-    return serve
-
-
-def _points(reader: InMemoryMetricReader) -> Points:
-    points: Points = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    assert isinstance(point, NumberDataPoint)
-                    key = tuple(sorted((k, str(v)) for k, v in (point.attributes or {}).items()))
-                    points.setdefault(metric.name, Counter())[key] += int(point.value)
-    return points
-
-
-async def _end_offsets(kafka: KafkaSettings, topic: str) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs())  # loads the topic's metadata
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        assert partitions, topic
-        ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
-        return ends
-    finally:
-        await consumer.stop()
 
 
 async def _canaries(
@@ -158,7 +86,7 @@ async def _canaries(
         meter=provider.get_meter("test"),
         on_outcome=lambda o: events.append(o.event) if o.event is not None else None,
     )
-    return stats, _points(reader), events
+    return stats, counter_points(reader), events
 
 
 @pytest.mark.timeout(900)  # a cold compile cache builds every Go, Rust, Java and C++ canary
@@ -168,8 +96,8 @@ async def test_the_golden_set_is_judged_right_through_the_live_topics(
     await ensure_topics(kafka, partitions=4)
     golden = load_golden()
     config = CanaryConfig(rate_per_s=50, max_in_flight=8, answer_timeout_s=600, rounds=1)
-    async with _running(_worker(kafka, "w1")), _running(_worker(kafka, "w2")):
-        await await_group_members(kafka, _group(kafka, "workers"), 2, timeout_s=60)
+    async with running(worker(kafka, "w1")), running(worker(kafka, "w2")):
+        await await_group_members(kafka, group_of(kafka, "workers"), 2, timeout_s=60)
         stats, points, events = await _canaries(kafka, config)
 
     bad = [
@@ -187,7 +115,7 @@ async def test_the_golden_set_is_judged_right_through_the_live_topics(
     assert {dict(k)["language"] for k in judged} == {c.language for c in golden}
     assert "rewardbus.canary.mismatches" not in points
     # Canary rewards went to the loop's reply topic: the learner's rewards topic has none.
-    assert sum((await _end_offsets(kafka, kafka.topics.rewards)).values()) == 0
+    assert sum((await end_offsets(kafka, kafka.topics.rewards)).values()) == 0
     # Each canary's trace runs from its span through the worker that judged it.
     spans = span_exporter.get_finished_spans()
     canary_spans = [s for s in spans if s.name == "judge canary"]
@@ -208,7 +136,7 @@ async def test_a_misconfigured_judge_is_a_mismatch_naming_its_worker_and_languag
     # The counters also go to a Prometheus reader: the alert rules read those names.
     registry = CollectorRegistry(auto_describe=False)
     prometheus = PrometheusMetricReader(scope_info_enabled=False, registry=registry)
-    async with _running(_worker(kafka, "w-broken", ShrunkTimeLimits)):
+    async with running(worker(kafka, "w-broken", wrap=ShrunkTimeLimits)):
         stats, points, _events = await _canaries(
             kafka, config, languages=["python"], also=prometheus
         )
@@ -289,28 +217,13 @@ async def _committed_up_to(
 
 
 async def _scored(kafka: KafkaSettings) -> list[ScoredBatch]:
-    consumer = AIOKafkaConsumer(
-        kafka.topics.scored, **kafka.client_kwargs(), auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        ends = await _end_offsets(kafka, kafka.topics.scored)
-        wanted = sum(ends.values())
-        batches: list[ScoredBatch] = []
-        deadline = time.monotonic() + 30
-        while len(batches) < wanted:
-            assert time.monotonic() < deadline, f"read {len(batches)} of {wanted} scored batches"
-            fetched = await consumer.getmany(timeout_ms=200)
-            batches.extend(decode(r.value, ScoredBatch) for rs in fetched.values() for r in rs)
-        return batches
-    finally:
-        await consumer.stop()
+    return [decode(v, ScoredBatch) for v in await read_topic(kafka, kafka.topics.scored)]
 
 
 @pytest.mark.timeout(300)
 async def test_canaries_never_appear_in_a_learner_batch(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
-    agg_group = _group(kafka, "agg")
+    agg_group = group_of(kafka, "agg")
     suite = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
     learner = [
         Completion(
@@ -343,20 +256,17 @@ async def test_canaries_never_appear_in_a_learner_batch(kafka: KafkaSettings) ->
     finally:
         await raw.stop()
 
-    def aggregator(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
-        config = AggregatorConfig(group_id=agg_group, flush_interval_s=0.2)
-        return run_aggregator(kafka, config, shutdown=stop, ready=ready)
-
+    flushing = AggregatorConfig(group_id=agg_group, flush_interval_s=0.2)
     config = CanaryConfig(rate_per_s=50, max_in_flight=8, answer_timeout_s=120, rounds=2)
-    async with _running(aggregator), _running(_worker(kafka, "w1")):
+    async with running(aggregator(kafka, flushing)), running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             canaries = asyncio.ensure_future(_canaries(kafka, config, languages=["python"]))
             await producer.publish_many(learner)
             await producer.publish_manifest(manifest)
             stats, _points, events = await canaries
         ends = {
-            **await _end_offsets(kafka, kafka.topics.rewards),
-            **await _end_offsets(kafka, kafka.topics.manifests),
+            **await end_offsets(kafka, kafka.topics.rewards),
+            **await end_offsets(kafka, kafka.topics.manifests),
         }
         await _committed_up_to(kafka, agg_group, ends)
         batches = await _scored(kafka)
@@ -410,7 +320,7 @@ async def test_the_command_exits_zero_when_every_canary_matches_and_one_otherwis
     await ensure_topics(kafka, partitions=4)
     where = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topics.prefix]
     (tmp_path / "javascript.toml").write_text(WRONG_EXPECTATION)
-    async with _running(_worker(kafka, "w-cli")):
+    async with running(worker(kafka, "w-cli")):
         good = await _rewardbus(
             "canary", "--once", "--languages", "javascript", "--rate", "20/s", *where
         )
@@ -459,7 +369,7 @@ async def test_the_command_runs_until_sigterm_and_serves_its_counters(
     kafka: KafkaSettings,
 ) -> None:
     await ensure_topics(kafka, partitions=4)
-    async with _running(_worker(kafka, "w-live")):
+    async with running(worker(kafka, "w-live")):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "rewardbus", "canary", "--rate", "5/s",
             "--languages", "javascript", "--metrics-port", "0",

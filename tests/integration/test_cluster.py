@@ -13,8 +13,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -22,14 +21,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
-from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from consumers import ScoredBatches
 from producers import RolloutProducer
 from rewardbus.cluster import Cluster, ClusterConfig
 from rewardbus.topics import await_group_members, ensure_topics
-from rewardbus.wiring import SandboxOptions, build_executor
-from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
+from sandbox_workers.service import WorkerStats
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEvent, Topics, decode
 from tests.support.poll import until
+from tests.support.stages import aggregator, running, worker
 
 pytestmark = pytest.mark.integration
 
@@ -170,46 +169,6 @@ def _victim(leaders: dict[str, dict[int, int]]) -> int:
     return max(both, key=lambda node: led[node])
 
 
-@asynccontextmanager
-async def _task(
-    start: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
-) -> AsyncIterator[None]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task = asyncio.ensure_future(start(stop, ready))
-    waiter = asyncio.ensure_future(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=120)
-    waiter.cancel()
-    if task.done():
-        task.result()
-    try:
-        yield
-    finally:
-        if not stop.done():
-            stop.set_result(None)
-        await asyncio.wait_for(task, timeout=120)
-
-
-def _worker(kafka: KafkaSettings, worker_id: str, stats: WorkerStats):  # type: ignore[no-untyped-def]
-    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
-    config = WorkerConfig(group_id=f"{kafka.topics.prefix}workers", worker_id=worker_id)
-
-    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
-        try:
-            return await run_worker(
-                kafka, config, executor, shutdown=stop, ready=ready, stats=stats
-            )
-        finally:
-            await executor.aclose()
-
-    return serve
-
-
-def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
-    config = AggregatorConfig(group_id=f"{kafka.topics.prefix}agg")
-    return lambda stop, ready: run_aggregator(kafka, config, shutdown=stop, ready=ready)
-
-
 async def _publish(
     kafka: KafkaSettings, watch: RewardWatch, batches: list[tuple[BatchManifest, list[Completion]]]
 ) -> float:
@@ -242,9 +201,9 @@ async def test_leader_kill_and_restart_lose_and_duplicate_nothing(cluster: Clust
     watch, stop_watch = RewardWatch(kafka), asyncio.Event()
     watcher = asyncio.ensure_future(watch.run(stop_watch))
     async with (
-        _task(_aggregator(kafka)),
-        _task(_worker(kafka, "w1", stats[0])),
-        _task(_worker(kafka, "w2", stats[1])),
+        running(aggregator(kafka), ready_s=120),
+        running(worker(kafka, "w1", stats=stats[0]), ready_s=120),
+        running(worker(kafka, "w2", stats=stats[1]), ready_s=120),
         ScoredBatches(kafka, group_id=f"{topics.prefix}learner") as learner,
     ):
         await await_group_members(kafka, f"{topics.prefix}workers", 2, timeout_s=120)

@@ -19,21 +19,20 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from consumers import AggregatorConfig, ScoredBatches, run_aggregator
+from consumers import ScoredBatches
 from producers import RolloutProducer
 from rewardbus.broker import BrokerConfig, EmbeddedBroker
 from rewardbus.local import RewardWatcher
 from rewardbus.ports import free_ports
 from rewardbus.topics import await_group_members, ensure_topics
-from rewardbus.wiring import SandboxOptions, build_executor
-from sandbox_workers.service import WorkerConfig, run_worker
+from sandbox_workers.service import WorkerConfig
 from schemas import (
     BatchManifest,
     Completion,
@@ -42,6 +41,7 @@ from schemas import (
     ScoredBatch,
     Topics,
 )
+from tests.support.stages import aggregator, running, worker
 
 pytestmark = pytest.mark.integration
 
@@ -118,50 +118,6 @@ def _longest_gap_s(arrivals: list[float], after: float) -> float:
     times = sorted(arrivals)
     gaps = [b - a for a, b in itertools.pairwise(times) if b >= after]
     return max(gaps, default=0.0)
-
-
-# -- components in this process ----------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def _serving(
-    factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
-) -> AsyncIterator[asyncio.Task[object]]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task: asyncio.Task[object] = asyncio.ensure_future(factory(stop, ready))
-    waiter = asyncio.ensure_future(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=60)
-    waiter.cancel()
-    if task.done():
-        task.result()
-    try:
-        yield task
-    finally:
-        if not stop.done():
-            stop.set_result(None)
-        await asyncio.wait_for(task, timeout=60)
-
-
-def _worker(kafka: KafkaSettings, worker_id: str):  # type: ignore[no-untyped-def]
-    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
-    config = WorkerConfig(group_id=f"{kafka.topics.prefix}workers", worker_id=worker_id)
-
-    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
-        try:
-            return await run_worker(kafka, config, executor, shutdown=stop, ready=ready)
-        finally:
-            await executor.aclose()
-
-    return serve
-
-
-def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
-    def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
-        config = AggregatorConfig(group_id=f"{kafka.topics.prefix}agg")
-        return run_aggregator(kafka, config, shutdown=stop, ready=ready)
-
-    return serve
 
 
 # -- components as processes -----------------------------------------------------------------
@@ -287,9 +243,9 @@ async def test_broker_stopped_for_10_s_and_restarted_on_its_data_dir_loses_nothi
         await ensure_topics(kafka, partitions=4)
         batches = [_batch(f"o{i:02d}") for i in range(24)]
         async with (
-            _serving(_worker(kafka, "o-w0")),
-            _serving(_worker(kafka, "o-w1")),
-            _serving(_aggregator(kafka)),
+            running(worker(kafka, "o-w0")),
+            running(worker(kafka, "o-w1")),
+            running(aggregator(kafka)),
             RewardWatcher(kafka) as watcher,
         ):
             await await_group_members(kafka, f"{kafka.topics.prefix}workers", 2)
@@ -331,7 +287,7 @@ async def test_worker_kill_9_failover_is_bounded_and_the_batches_complete(
     procs = [_cli_worker(kafka, i, tmp_path, static=False) for i in range(2)]
     async with (
         _processes(procs),
-        _serving(_aggregator(kafka)),
+        running(aggregator(kafka)),
         RewardWatcher(kafka) as watcher,
     ):
         await await_group_members(kafka, group, 2)
@@ -368,7 +324,7 @@ async def test_rolling_restart_of_static_workers_under_load_needs_no_rebalance(
     procs = [_cli_worker(kafka, i, tmp_path, static=True) for i in range(2)]
     async with (
         _processes(procs),
-        _serving(_aggregator(kafka)),
+        running(aggregator(kafka)),
         RewardWatcher(kafka) as watcher,
     ):
         await await_group_members(kafka, group, 2)
@@ -427,8 +383,8 @@ async def test_aggregator_kill_9_mid_batch_with_workers_running_completes_each_b
         tmp_path / "agg.log",
     )
     async with (
-        _serving(_worker(kafka, "a-w0")),
-        _serving(_worker(kafka, "a-w1")),
+        running(worker(kafka, "a-w0")),
+        running(worker(kafka, "a-w1")),
         _processes([agg]),
         RewardWatcher(kafka) as watcher,
     ):

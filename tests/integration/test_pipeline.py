@@ -7,20 +7,19 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
-from consumers import AggregatorConfig, ScoredBatches, run_aggregator
-from kafkaio import AioClients, ensure_topic, running, table_spec
+import kafkaio
+from consumers import ScoredBatches
+from kafkaio import AioClients, ensure_topic, table_spec
 from producers import RolloutProducer
 from rewardbus.topics import await_group_members, ensure_topics
-from rewardbus.wiring import SandboxOptions, build_executor
-from sandbox_workers.service import WorkerConfig, WorkerStats, run_worker
+from sandbox_workers.service import WorkerStats
 from schemas import (
     BatchManifest,
     Completion,
@@ -32,6 +31,8 @@ from schemas import (
     encode,
 )
 from tests.support.poll import until
+from tests.support.reading import read_at_least
+from tests.support.stages import aggregator, group_of, running, worker
 
 pytestmark = pytest.mark.integration
 
@@ -66,95 +67,18 @@ def _manifest(
     )
 
 
-def _group(kafka: KafkaSettings, name: str) -> str:
-    """Per-test consumer group ids: a dead member of one test never stalls the next."""
-    return f"{kafka.topics.prefix}{name}"
-
-
-@asynccontextmanager
-async def _running(
-    coro_factory: Callable[[asyncio.Future[None], asyncio.Event], Awaitable[object]],
-) -> AsyncIterator[None]:
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task = asyncio.ensure_future(coro_factory(stop, ready))
-    waiter = asyncio.ensure_future(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED, timeout=60)
-    if task.done():
-        task.result()
-    try:
-        yield
-    finally:
-        if not stop.done():
-            stop.set_result(None)
-        await asyncio.wait_for(task, timeout=60)
-
-
-def _worker(  # type: ignore[no-untyped-def]
-    kafka: KafkaSettings,
-    worker_id: str,
-    stats: WorkerStats | None = None,
-    *,
-    drain_timeout_s: float = 30.0,
-):
-    executor = build_executor(SandboxOptions(strict=True, worker_id=worker_id))
-    config = WorkerConfig(
-        group_id=_group(kafka, "workers"),
-        worker_id=worker_id,
-        concurrency=1,
-        drain_timeout_s=drain_timeout_s,
-    )
-
-    async def serve(stop: asyncio.Future[None], ready: asyncio.Event) -> object:
-        try:
-            return await run_worker(
-                kafka, config, executor, shutdown=stop, ready=ready, stats=stats
-            )
-        finally:  # its warm zygotes must not outlive the test (the hostile suite counts them)
-            await executor.aclose()
-
-    return serve
-
-
-def _aggregator(kafka: KafkaSettings):  # type: ignore[no-untyped-def]
-    def start(stop: asyncio.Future[None], ready: asyncio.Event) -> Awaitable[object]:
-        return run_aggregator(
-            kafka, AggregatorConfig(group_id=_group(kafka, "agg")), shutdown=stop, ready=ready
-        )
-
-    return start
-
-
-async def _read_all(
-    kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout_s: float = 60
-) -> list[bytes]:
-    consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs(), auto_offset_reset="earliest")
-    await consumer.start()
-    values: list[bytes] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not until(values):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out reading {topic}: {len(values)} records")
-            batches = await consumer.getmany(timeout_ms=200)
-            values.extend(r.value for records in batches.values() for r in records)
-    finally:
-        await consumer.stop()
-    return values
-
-
 async def test_fifty_completions_two_workers_each_scored_exactly_once(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
     # Distinct programs (a comment differs) so the result cache cannot do the work.
     good = _completions("b1", 50, code=lambda i: f"# sample {i}\n" + (ADD if i % 2 == 0 else SUB))
     stats = [WorkerStats(), WorkerStats()]
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "w1", stats[0])),
-        _running(_worker(kafka, "w2", stats[1])),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "w1", stats=stats[0])),
+        running(worker(kafka, "w2", stats=stats[1])),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
-        await await_group_members(kafka, _group(kafka, "workers"), 2, timeout_s=60)
+        await await_group_members(kafka, group_of(kafka, "workers"), 2, timeout_s=60)
         async with RolloutProducer(kafka) as producer:
             await producer.publish_manifest(_manifest("b1", good))
             await producer.publish_many(good)
@@ -177,9 +101,9 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
     await ensure_topics(kafka, partitions=4)
     good = _completions("b2", 6, code=lambda i: ADD)
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
         raw = AIOKafkaProducer(**kafka.client_kwargs())
         await raw.start()
@@ -193,10 +117,7 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
             await producer.publish_many(good)
         batch = await learner.get("b2", timeout=90)
     assert batch.complete and all(s.score == 1.0 for s in batch.samples)
-    letters = [
-        decode(v, DeadLetter)
-        for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)
-    ]
+    letters = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 2)]
     assert {letter.key for letter in letters} == {b"junk", b"j2"}
     assert all(letter.stage == "decode" and "Completion" in letter.reason for letter in letters)
     assert b"\xc1\x00garbage" in {letter.value for letter in letters}
@@ -212,14 +133,11 @@ async def test_reply_topics_get_their_rewards_and_other_destinations_are_refused
     to_reply = msgspec.structs.replace(base[0], reply_topic=reply)
     to_scored = msgspec.structs.replace(base[1], reply_topic=kafka.topics.scored)
     to_foreign = msgspec.structs.replace(base[2], reply_topic="other.rewardbus.replies.x")
-    async with _running(_worker(kafka, "w1")):
+    async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_many([to_reply, to_scored, to_foreign])
-        replies = await _read_all(kafka, reply, lambda v: len(v) >= 1)
-        letters = [
-            decode(v, DeadLetter)
-            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 2)
-        ]
+        replies = await read_at_least(kafka, reply, 1)
+        letters = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 2)]
     assert [decode(v, RewardEvent).sample_id for v in replies] == [to_reply.sample_id]
     assert {letter.key for letter in letters} == {
         to_scored.sample_id.encode(),
@@ -235,20 +153,17 @@ async def test_a_reward_the_topic_refuses_is_dead_lettered_and_the_partition_mov
     rewards = table_spec(kafka.topics, "rewards", partitions=1)
     small = replace(rewards, config={**rewards.config, "max.message.bytes": "4096"})
     admin = AioClients(kafka).admin()
-    async with running(admin):  # a rewards topic that takes only small records
+    async with kafkaio.running(admin):  # a rewards topic that takes only small records
         await ensure_topic(admin, small, timeout_s=30)
     await ensure_topics(kafka, partitions=1)
     many = IoSuite(inputs=[f"{i} 1\n" for i in range(300)], outputs=["0\n"] * 300)
     big = Completion(sample_id="big", batch_id="b10", code=ADD, tests=many)
     small = _completions("b10", 1, code=lambda i: ADD)[0]
-    async with _running(_worker(kafka, "w1")):
+    async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_many([big, small])
-        rewards = await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 1)
-        (letter,) = [
-            decode(v, DeadLetter)
-            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
-        ]
+        rewards = await read_at_least(kafka, kafka.topics.rewards, 1)
+        (letter,) = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 1)]
     assert [decode(v, RewardEvent).sample_id for v in rewards] == [small.sample_id]
     assert letter.key == b"big" and letter.stage == "emit"
     assert "RecordTooLarge" in letter.reason or "MessageSizeTooLarge" in letter.reason
@@ -260,7 +175,7 @@ async def test_worker_stopped_mid_batch_loses_nothing(
 ) -> None:
     await ensure_topics(kafka, partitions=4)
     work = _completions("b3", 30, code=lambda i: f"# {i}\n" + SLOW_ADD)
-    group = _group(kafka, "stop-workers")
+    group = group_of(kafka, "stop-workers")
     argv = [
         sys.executable, "-m", "rewardbus", "worker",
         "--bootstrap-servers", kafka.bootstrap_servers,
@@ -280,13 +195,13 @@ async def test_worker_stopped_mid_batch_loses_nothing(
             assert b"ready" in line
         await await_group_members(kafka, group, 2, timeout_s=60)
         async with (
-            _running(_aggregator(kafka)),
-            ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+            running(aggregator(kafka)),
+            ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
         ):
             async with RolloutProducer(kafka) as producer:
                 await producer.publish_manifest(_manifest("b3", work))
                 await producer.publish_many(work)
-            seen: list[bytes] = await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 5)
+            seen: list[bytes] = await read_at_least(kafka, kafka.topics.rewards, 5)
             assert len(seen) >= 5
             procs[0].send_signal(stop_signal)
             status = await asyncio.wait_for(procs[0].wait(), timeout=60)
@@ -296,8 +211,7 @@ async def test_worker_stopped_mid_batch_loses_nothing(
         assert [s.sample_id for s in batch.samples] == [c.sample_id for c in work]
         assert all(s.score == 1.0 for s in batch.samples)
         rewards = [
-            decode(v, RewardEvent)
-            for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 30)
+            decode(v, RewardEvent) for v in await read_at_least(kafka, kafka.topics.rewards, 30)
         ]
         counts = Counter(r.sample_id for r in rewards)
         assert set(counts) == {c.sample_id for c in work}
@@ -321,9 +235,9 @@ async def test_one_sample_trace_spans_producer_worker_and_aggregator(
     await ensure_topics(kafka, partitions=4)
     one = _completions("b4", 1, code=lambda i: ADD)
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_manifest(_manifest("b4", one))
@@ -363,9 +277,9 @@ async def test_multi_program_completion_against_a_shared_problem(kafka: KafkaSet
         batch_id="b5", sample_ids=ids, group_ids=["b5-g0"] * 3, deadline=time.time() + 120
     )
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(
@@ -377,10 +291,7 @@ async def test_multi_program_completion_against_a_shared_problem(kafka: KafkaSet
     assert batch.complete
     assert [s.sample_id for s in batch.samples] == ids
     assert [s.score for s in batch.samples] == [1.0, 0.0, 1.0]
-    rewards = [
-        decode(v, RewardEvent)
-        for v in await _read_all(kafka, kafka.topics.rewards, lambda v: len(v) >= 3)
-    ]
+    rewards = [decode(v, RewardEvent) for v in await read_at_least(kafka, kafka.topics.rewards, 3)]
     assert sorted(r.program_index for r in rewards) == [0, 1, 2]
     # Program 2 is program 0 again: judged once, served from the result cache.
     assert sum(r.cache_hit for r in rewards) >= 1
@@ -398,16 +309,13 @@ async def test_digest_mismatch_is_a_dead_letter_not_a_wrong_verdict(kafka: Kafka
         problem_id="p6",
         tests_digest="sha256:" + "0" * 64,
     )
-    async with _running(_worker(kafka, "w1")):
+    async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(
                 ProblemRecord(problem_id="p6", digest=suite_digest(suite), tests=suite)
             )
             await producer.publish(stale)
-        letters = [
-            decode(v, DeadLetter)
-            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
-        ]
+        letters = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 1)]
     assert letters[0].error_type == "DigestMismatch"
     assert "digest" in letters[0].reason
 
@@ -422,13 +330,13 @@ async def test_work_cancelled_at_the_drain_deadline_is_redone_by_the_other_worke
     ]
     quitter_stats, stayer_stats = WorkerStats(), WorkerStats()
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "stayer", stayer_stats)),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "stayer", stats=stayer_stats)),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
         # The quitter gives in-flight work 50 ms to finish when told to stop.
-        async with _running(_worker(kafka, "quitter", quitter_stats, drain_timeout_s=0.05)):
-            await await_group_members(kafka, _group(kafka, "workers"), 2, timeout_s=60)
+        async with running(worker(kafka, "quitter", stats=quitter_stats, drain_timeout_s=0.05)):
+            await await_group_members(kafka, group_of(kafka, "workers"), 2, timeout_s=60)
             async with RolloutProducer(kafka) as producer:
                 await producer.publish_manifest(_manifest("b7", slow))
                 await producer.publish_many(slow)
@@ -461,9 +369,9 @@ async def test_megabyte_suites_inline_and_shared_and_a_large_dead_letter(
         tests_digest=suite_digest(suite),
     )
     async with (
-        _running(_aggregator(kafka)),
-        _running(_worker(kafka, "w1")),
-        ScoredBatches(kafka, group_id=_group(kafka, "learner")) as learner,
+        running(aggregator(kafka)),
+        running(worker(kafka, "w1")),
+        ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(
@@ -480,10 +388,7 @@ async def test_megabyte_suites_inline_and_shared_and_a_large_dead_letter(
             finally:
                 await raw.stop()
         batch = await learner.get("b8", timeout=120)
-        letters = [
-            decode(v, DeadLetter)
-            for v in await _read_all(kafka, kafka.topics.dlq, lambda v: len(v) >= 1)
-        ]
+        letters = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 1)]
     assert batch.complete
     assert [s.score for s in batch.samples] == [1.0, 1.0]
     assert letters[0].key == b"big-junk" and letters[0].value == junk

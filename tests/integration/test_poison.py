@@ -8,19 +8,12 @@ refuses and a digest mismatch on its own; here they come all in one stream.)
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-
 import msgpack
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from producers import PublishError, RolloutProducer
 from rewardbus.topics import ensure_topics
-from rewardbus.wiring import SandboxOptions, build_executor
-from sandbox_workers.service import WorkerConfig, run_worker
 from schemas import (
     Completion,
     DeadLetter,
@@ -34,55 +27,14 @@ from schemas import (
     encode,
     suite_digest,
 )
+from tests.support.reading import read_at_least
+from tests.support.stages import running, worker
 
 pytestmark = pytest.mark.integration
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 SUITE = IoSuite(inputs=["2 3\n"], outputs=["5\n"])
 MB = 1_000_000
-
-
-@asynccontextmanager
-async def _worker(kafka: KafkaSettings) -> AsyncIterator[None]:
-    """One in-process sandbox worker (strict jail) until the block ends."""
-    executor = build_executor(SandboxOptions(strict=True, worker_id="w1"))
-    config = WorkerConfig(group_id=f"{kafka.topics.prefix}workers", worker_id="w1")
-    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready = asyncio.Event()
-    task = asyncio.ensure_future(run_worker(kafka, config, executor, shutdown=stop, ready=ready))
-    try:
-        await asyncio.wait(
-            [task, asyncio.ensure_future(ready.wait())],
-            return_when=asyncio.FIRST_COMPLETED,
-            timeout=60,
-        )
-        if task.done():
-            task.result()
-        yield
-    finally:
-        stop.set_result(None)
-        try:
-            await asyncio.wait_for(task, timeout=60)
-        finally:
-            await executor.aclose()
-
-
-async def _read(
-    kafka: KafkaSettings, topic: str, until: Callable[[list[bytes]], bool], timeout_s: float
-) -> list[bytes]:
-    consumer = AIOKafkaConsumer(topic, **kafka.client_kwargs(), auto_offset_reset="earliest")
-    await consumer.start()
-    values: list[bytes] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not until(values):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out reading {topic}: {len(values)} records")
-            batches = await consumer.getmany(timeout_ms=200)
-            values.extend(r.value for records in batches.values() for r in records)
-    finally:
-        await consumer.stop()
-    return values
 
 
 def _good(sample_id: str) -> Completion:
@@ -165,7 +117,7 @@ async def test_poison_of_every_shape_is_dead_lettered_and_what_follows_is_scored
         tests=SUITE,
     )
     good = [_good("good-1"), wedging, _good("good-2")]
-    async with _worker(kafka):
+    async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(problem)
             raw = AIOKafkaProducer(**kafka.client_kwargs())
@@ -180,14 +132,14 @@ async def test_poison_of_every_shape_is_dead_lettered_and_what_follows_is_scored
             await producer.publish_many(good)
         rewards = [
             decode(v, RewardEvent)
-            for v in await _read(kafka, kafka.topics.rewards, lambda v: len(v) >= 3, 180)
+            for v in await read_at_least(kafka, kafka.topics.rewards, 3, timeout_s=180)
         ]
         letters = {
             letter.key: letter
             for letter in (
                 decode(v, DeadLetter)
-                for v in await _read(
-                    kafka, kafka.topics.dlq, lambda v: len(v) >= len(_RAW_POISON) + len(poison), 60
+                for v in await read_at_least(
+                    kafka, kafka.topics.dlq, len(_RAW_POISON) + len(poison), timeout_s=60
                 )
             )
         }
@@ -214,7 +166,7 @@ async def test_a_completion_over_the_topic_limit_is_refused_by_the_producer(
         assert not refused.value.retriable
         assert "MessageSizeTooLarge" in refused.value.reason
         await producer.publish(_good("after"))  # the producer is still usable
-    (value,) = await _read(kafka, kafka.topics.completions, lambda v: len(v) >= 1, 30)
+    (value,) = await read_at_least(kafka, kafka.topics.completions, 1, timeout_s=30)
     assert decode(value, Completion).sample_id == "after"
 
 
@@ -238,14 +190,14 @@ async def test_a_twenty_thousand_test_failing_suite_gets_its_reward(kafka: Kafka
         tests=suite,
         limits=Limits(time_s=1.0, total_time_s=3.0),
     )
-    async with _worker(kafka):
+    async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_many([wrong, _good("after")])
         rewards = {
             event.sample_id: event
             for event in (
                 decode(v, RewardEvent)
-                for v in await _read(kafka, kafka.topics.rewards, lambda v: len(v) >= 2, 170)
+                for v in await read_at_least(kafka, kafka.topics.rewards, 2, timeout_s=170)
             )
         }
     big = rewards["big"]

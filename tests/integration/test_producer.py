@@ -3,36 +3,30 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from kafkaio import Record
 from producers import ProducerConfig, RolloutProducer
 from rewardbus.topics import ensure_topics
 from schemas import Completion, KafkaSettings, decode
+from tests.support.reading import read_until
 
 pytestmark = pytest.mark.integration
 
 
-async def _read_all(kafka: KafkaSettings, count: int) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        kafka.topics.completions, **kafka.client_kwargs(), auto_offset_reset="earliest"
+async def _read_all(kafka: KafkaSettings, count: int) -> list[Record]:
+    return await read_until(
+        kafka,
+        [kafka.topics.completions],
+        lambda read: len(read) >= count,
+        what=f"{count} completions",
     )
-    await consumer.start()
-    records: list[Any] = []
-    try:
-        while len(records) < count:
-            batches = await consumer.getmany(timeout_ms=2000)
-            assert batches, "completions did not arrive"
-            records.extend(r for rs in batches.values() for r in rs)
-    finally:
-        await consumer.stop()
-    return records
 
 
 async def test_completions_spread_evenly_over_partitions_keyed_by_sample_id(
-    kafka: KafkaSettings,
+    kafka: KafkaSettings, span_exporter: InMemorySpanExporter
 ) -> None:
     await ensure_topics(kafka, partitions=4)
     completions = [Completion(sample_id=f"s{i}", code=f"print({i})") for i in range(40)]
@@ -41,7 +35,10 @@ async def test_completions_spread_evenly_over_partitions_keyed_by_sample_id(
     records = await _read_all(kafka, 40)
     assert Counter(r.partition for r in records) == {0: 10, 1: 10, 2: 10, 3: 10}
     assert {r.key for r in records} == {c.sample_id.encode() for c in completions}
-    assert all(dict(r.headers).get("traceparent") for r in records)
+    # Each record carries the context of a span the producer recorded.
+    traces = {f"{span.context.trace_id:032x}" for span in span_exporter.get_finished_spans()}
+    carried = [dict(r.headers).get("traceparent", b"").decode() for r in records]
+    assert all(parent.split("-")[1] in traces for parent in carried), carried[:3]
     assert {decode(r.value, Completion).sample_id for r in records} == {f"s{i}" for i in range(40)}
 
 

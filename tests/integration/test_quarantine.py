@@ -11,19 +11,19 @@ and the good completions published after it are scored.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from subprocess import Popen, TimeoutExpired
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
+from kafkaio import Record
 from producers import RolloutProducer
 from rewardbus.topics import ensure_topics
 from sandbox_workers.watchdog import EXIT_STALLED
 from schemas import Completion, DeadLetter, IoSuite, KafkaSettings, RewardEvent, decode
+from tests.support.reading import read_until
 
 pytestmark = pytest.mark.integration
 
@@ -97,22 +97,22 @@ async def _poll(
     timeout_s: float,
 ) -> dict[str, list[bytes]]:
     """Read ``topics`` until ``done(values)``, tending the workers between polls."""
-    consumer = AIOKafkaConsumer(*topics, **kafka.client_kwargs(), auto_offset_reset="earliest")
-    await consumer.start()
-    values: dict[str, list[bytes]] = {topic: [] for topic in topics}
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not done(values):
-            if time.monotonic() > deadline:
-                counts = {t: len(v) for t, v in values.items()}
-                raise AssertionError(f"timed out: {counts}, worker exits {supervisor.exits}")
-            supervisor.tend()
-            batches = await consumer.getmany(timeout_ms=200)
-            for tp, records in batches.items():
-                values[tp.topic].extend(r.value for r in records)
-    finally:
-        await consumer.stop()
-    return values
+
+    def by_topic(records: list[Record]) -> dict[str, list[bytes]]:
+        values: dict[str, list[bytes]] = {topic: [] for topic in topics}
+        for record in records:
+            values[record.topic].append(record.value or b"")
+        return values
+
+    records = await read_until(
+        kafka,
+        topics,
+        lambda read: done(by_topic(read)),
+        what=lambda: f"the records awaited (worker exits {supervisor.exits})",
+        timeout_s=timeout_s,
+        between=supervisor.tend,
+    )
+    return by_topic(records)
 
 
 @pytest.mark.parametrize("fault", ["bug", "abort", "wedge"])

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import sys
 import time
 import urllib.request
@@ -39,6 +38,7 @@ from rewardbus.observability.top import scrape
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, ScoredBatch, Topics
 from tests.support.poll import until_sync
+from tests.support.stages import stop_process
 
 __all__ = [
     "ACCEPTED",
@@ -99,20 +99,10 @@ async def _start(
         line = b""
     found = _READY.search(line)
     if found is None:
-        await _stop(proc)
+        await stop_process(proc)
         tail = await asyncio.to_thread(log.read_text, errors="replace")
         pytest.fail(f"{argv[3]} did not start ({line!r}):\n{tail[-3000:]}")
     return proc, found.group(1).decode()
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=40)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
 
 
 def _workload(batch_id: str) -> list[Completion]:
@@ -186,9 +176,9 @@ async def metered_pipeline(bootstrap: str, logs: Path) -> AsyncIterator[Metered]
                 await asyncio.to_thread(_await_counts, metered)
                 yield metered
             finally:
-                await _stop(aggregator)
+                await stop_process(aggregator)
         finally:
-            await _stop(worker)
+            await stop_process(worker)
 
 
 def total(url: str, name: str, **labels: str) -> float:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -52,6 +51,7 @@ from schemas import (
     suite_digest,
 )
 from tests.support.poll import until_sync
+from tests.support.stages import stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -138,16 +138,6 @@ def _env(jaeger: JaegerProcess) -> dict[str, str]:
     }
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=40)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-
-
 async def _trainer(kafka: KafkaSettings, env: dict[str, str], payload: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(HERE / "trainer_process.py"),
@@ -215,7 +205,7 @@ async def traced_run(
                     await _trainer(kafka, env, payload)
                     scored = await asyncio.wait_for(anext(aiter(out)), timeout=120)
             finally:
-                await _stop(aggregator)
+                await stop_process(aggregator)
     # Every process has flushed its spans on the way out; Jaeger batches for ~200 ms.
     yield TracedRun(
         kafka,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from consumers import BatchAssembler, ManifestOutcome, RewardOutcome
 from kafkaio import FakeBroker
@@ -37,6 +37,7 @@ from schemas import (
     decode,
     is_canary_batch,
 )
+from tests.support.metrics import counter_points
 
 SUITE = IoSuite(inputs=["1\n"], outputs=["1\n"])
 
@@ -206,21 +207,6 @@ def test_stats_count_and_keep_the_failures() -> None:
         stats.add(outcome)
     assert (stats.matched, stats.mismatched, stats.unanswered) == (1, 1, 1)
     assert [f.sample_id for f in stats.failures] == ["c-3"]
-
-
-def counter_points(reader: InMemoryMetricReader) -> dict[str, Counter[tuple[tuple[str, str], ...]]]:
-    """Counter values by metric name and sorted attribute pairs."""
-    points: dict[str, Counter[tuple[tuple[str, str], ...]]] = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    assert isinstance(point, NumberDataPoint)
-                    key = tuple(sorted((k, str(v)) for k, v in (point.attributes or {}).items()))
-                    points.setdefault(metric.name, Counter())[key] += int(point.value)
-    return points
 
 
 def test_counters_carry_worker_language_and_verdicts() -> None:

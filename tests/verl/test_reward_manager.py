@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from omegaconf import DictConfig
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
@@ -29,6 +28,7 @@ from rewardbus.topics import ensure_topics
 from rewardbus.verl_harness import rollout_dataproto, verl_config
 from schemas import KafkaSettings, RewardEvent, decode
 from tests.support.poll import until
+from tests.support.reading import read_topic
 
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 DIFF = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
@@ -183,7 +183,10 @@ async def test_each_process_reads_only_its_own_rewards(
         )
         assert {e.sample_id for e in events} == {f"{n}-{i}" for n in "ab" for i in range(6)}
         for client, prefix in ((first, "a-"), (second, "b-")):
-            on_topic = await _read_topic(workers, client.reply_topic, expect=6)
+            # Every reply was on the topic before its score() returned.
+            on_topic = [
+                decode(v, RewardEvent) for v in await read_topic(workers, client.reply_topic)
+            ]
             assert {e.sample_id for e in on_topic} == {f"{prefix}{i}" for i in range(6)}
         reply_topics = (first.reply_topic, second.reply_topic)
 
@@ -192,24 +195,6 @@ async def test_each_process_reads_only_its_own_rewards(
 
     # Deletion completes asynchronously on the broker.
     await until(deleted, "the reply topics to be deleted at stop", timeout_s=20, every_s=0.2)
-
-
-async def _read_topic(kafka: KafkaSettings, topic: str, *, expect: int) -> list[RewardEvent]:
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), auto_offset_reset="earliest")
-    await consumer.start()
-    consumer.assign([TopicPartition(topic, 0)])
-    events: list[RewardEvent] = []
-    try:
-        deadline = time.monotonic() + 30
-        while len(events) < expect and time.monotonic() < deadline:
-            fetched = await consumer.getmany(timeout_ms=200)
-            events.extend(decode(r.value, RewardEvent) for rs in fetched.values() for r in rs)
-        # Anything beyond what was expected would show up within another fetch.
-        fetched = await consumer.getmany(timeout_ms=300)
-        events.extend(decode(r.value, RewardEvent) for rs in fetched.values() for r in rs)
-    finally:
-        await consumer.stop()
-    return events
 
 
 async def _topic_names(kafka: KafkaSettings) -> list[str]:
