@@ -10,15 +10,25 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-_exporter = InMemorySpanExporter()
-_provider = TracerProvider(span_limits=SpanLimits(max_links=8192))
-_provider.add_span_processor(SimpleSpanProcessor(_exporter))
-trace.set_tracer_provider(_provider)
+from rewardbus.telemetry import MAX_LINKS
+
+
+@pytest.fixture(scope="session")
+def _recorded_spans() -> Iterator[InMemorySpanExporter]:
+    """The process's tracer provider, installed on first use: OpenTelemetry lets a
+    process set its global provider once, so this is the session's one."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_links=MAX_LINKS))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    assert trace.get_tracer_provider() is provider, "another tracer provider was installed first"
+    yield exporter
+    provider.shutdown()
 
 
 @pytest.fixture
-def span_exporter() -> Iterator[InMemorySpanExporter]:
+def span_exporter(_recorded_spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
     """Spans finished during the test (components use the global API tracer)."""
-    _exporter.clear()
-    yield _exporter
-    _exporter.clear()
+    _recorded_spans.clear()
+    yield _recorded_spans
+    _recorded_spans.clear()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from rewardbus.telemetry import configure_tracing
+from rewardbus.telemetry import MAX_LINKS, configure_tracing
 from schemas import extract_context, inject_context
+from tests.support.otlp import OtlpReceiver
 
 
 def test_no_exporter_installs_nothing_but_context_still_propagates() -> None:
@@ -26,12 +27,27 @@ def test_no_exporter_installs_nothing_but_context_still_propagates() -> None:
 
 
 def test_an_endpoint_adds_an_exporter() -> None:
-    provider, shutdown = configure_tracing(
-        "t", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, set_global=False
-    )
+    with OtlpReceiver() as receiver:
+        provider, shutdown = configure_tracing(
+            "t", env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}, set_global=False
+        )
+        with provider.get_tracer("t").start_as_current_span("s"):
+            pass
+        shutdown()  # flushes the span
+    assert receiver.paths == ["/v1/traces"]
+
+
+def test_a_span_keeps_up_to_max_links() -> None:
+    # An aggregated batch's span links every sample's span: far more than the SDK's 128.
+    provider, shutdown = configure_tracing("t", env={}, set_global=False)
     try:
-        processors = provider._active_span_processor._span_processors
-        assert len(processors) == 1
-        assert provider._span_limits.max_links == 8192
+        links = [
+            trace.Link(trace.SpanContext(trace_id=1, span_id=i + 1, is_remote=True))
+            for i in range(MAX_LINKS + 1)
+        ]
+        with provider.get_tracer("t").start_as_current_span("batch", links=links) as span:
+            pass
+        assert isinstance(span, ReadableSpan)
+        assert len(span.links) == MAX_LINKS
     finally:
         shutdown()
