@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
+.PHONY: setup setup-verl train-demo demo test test-fast test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -93,6 +93,11 @@ doctor: setup
 
 test: setup setup-verl observability-tools test-images
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests
+
+# The fast local loop: all but the tests marked slow (containers, the three-broker cluster,
+# fault injection, benchmark smoke runs); no Docker needed. CI runs `make test`.
+test-fast: setup setup-verl observability-tools
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -m "not slow" tests
 
 train-demo: setup setup-verl
 	$(BIN)/rewardbus train-demo

@@ -28,7 +28,7 @@ from rewardbus.ports import free_ports
 from tests.containers.harness import SECCOMP_PROFILE
 from tests.support.poll import until_sync
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "infra" / "compose" / "docker-compose.yml"

@@ -33,7 +33,7 @@ from tests.containers.harness import (
 )
 from tests.support import stages
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOW_ADD = "import time\ntime.sleep({pause})\na, b = map(int, input().split())\nprint(a + b)\n"
 

@@ -21,7 +21,7 @@ from schemas import Completion, Verdict, encode_json
 from tests.containers.harness import FULL_WORKER_IMAGE, FULL_WORKER_LANGUAGES, least_privilege
 from tests.sandbox.test_languages import IO, LIMITS, PROGRAMS, SQL_IO
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ENTRYPOINT = "/opt/rewardbus/payload/worker-entrypoint.sh"
 

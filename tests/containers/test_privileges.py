@@ -18,7 +18,7 @@ from rewardbus.errors import Unavailable
 from schemas import KafkaSettings
 from tests.containers.harness import WORKER_IMAGE, least_privilege, worker_container
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _run(client: docker.DockerClient, command: list[str], **options: object) -> tuple[int, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

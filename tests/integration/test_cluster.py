@@ -30,7 +30,7 @@ from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEve
 from tests.support.poll import until
 from tests.support.stages import aggregator, running, worker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 BATCHES, BATCH_SIZE = 8, 25

@@ -43,7 +43,7 @@ from schemas import (
 )
 from tests.support.stages import aggregator, running, worker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BATCH = 5
 # Slow enough that a backlog outlasts the fault, fast enough for a 2-core machine.

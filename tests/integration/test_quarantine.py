@@ -25,7 +25,7 @@ from sandbox_workers.watchdog import EXIT_STALLED
 from schemas import Completion, DeadLetter, IoSuite, KafkaSettings, RewardEvent, decode
 from tests.support.reading import read_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_telemetry.py"
 

@@ -39,7 +39,7 @@ from rewardbus.verl_parity import (
 )
 from schemas import KafkaSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "examples/verl/parity/cases.jsonl"

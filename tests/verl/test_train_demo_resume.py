@@ -19,7 +19,7 @@ import pytest
 
 from rewardbus.train_demo.checkpoint import load_checkpoint, read_applied_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
 STEPS, EVERY, KILL_AFTER = 30, 5, 17  # checkpoints at 5, 10, 15: the resume starts at 15
 RESUME_AT = KILL_AFTER // EVERY * EVERY
