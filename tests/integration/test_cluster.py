@@ -145,17 +145,18 @@ async def _min_isr(kafka: KafkaSettings, topics: list[str]) -> dict[str, str]:
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await admin.start()
     found: dict[str, str] = {}
+    resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
+
+    async def all_found() -> bool:
+        for response in await admin.describe_configs(resources):
+            for _err, _msg, _type, name, entries in response.resources:
+                for key, value, *_ in entries:
+                    if key == "min.insync.replicas":
+                        found[name] = value
+        return set(found) == set(topics)
+
     try:
-        resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
-        deadline = time.monotonic() + 30
-        while set(found) != set(topics):
-            assert time.monotonic() < deadline, f"no min.insync.replicas for all of {topics}"
-            for response in await admin.describe_configs(resources):
-                for _err, _msg, _type, name, entries in response.resources:
-                    for key, value, *_ in entries:
-                        if key == "min.insync.replicas":
-                            found[name] = value
-            await asyncio.sleep(0.2)
+        await until(all_found, f"min.insync.replicas of all of {topics}", every_s=0.2)
     finally:
         await admin.close()
     return found

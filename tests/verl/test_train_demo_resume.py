@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from rewardbus.train_demo.checkpoint import load_checkpoint, read_applied_log
+from tests.support.poll import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
@@ -108,14 +109,16 @@ async def _run_until_step(argv: list[str], step: int) -> tuple[dict[int, float],
     return rewards, children
 
 
-async def _gone(pids: set[int], timeout_s: float) -> set[int]:
-    """The pids still alive after waiting up to ``timeout_s`` for them all to exit."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    left = {pid for pid in pids if _alive(pid)}
-    while left and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.2)
+async def _gone(pids: set[int], timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for every one of ``pids`` to exit; fail naming those left."""
+    left = set(pids)
+
+    def exited() -> bool:
+        nonlocal left  # a pid once seen gone is not looked at again: it may be reused
         left = {pid for pid in left if _alive(pid)}
-    return left
+        return not left
+
+    await until(exited, lambda: f"pids to exit, {sorted(left)} still alive", timeout_s=timeout_s)
 
 
 @pytest.mark.timeout(600)
@@ -128,7 +131,7 @@ async def test_a_killed_run_resumes_and_applies_every_batch_once(tmp_path: Path)
     workers = {pid for pid, argv in children.items() if b"rewardbus\0worker" in argv}
     assert len(brokers) == 1
     assert len(workers) == 2
-    assert await _gone(brokers, 30) == set()
+    await _gone(brokers, 30)
     saved = load_checkpoint(checkpoints)
     assert saved is not None
     assert saved.step == RESUME_AT
@@ -180,4 +183,4 @@ async def test_a_killed_run_resumes_and_applies_every_batch_once(tmp_path: Path)
     assert plot.stat().st_size > 0
     # The killed run's workers, whose broker died under them, stopped within their stop
     # deadline (50 s after the signal) rather than waiting on it for ever.
-    assert await _gone(set(children), 60) == set()
+    await _gone(set(children), 60)
