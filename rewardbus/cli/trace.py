@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Mapping
 
 from rewardbus.cli.common import Subcommands
@@ -53,7 +54,8 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError("give a SAMPLE_ID or --batch BATCH_ID (one of them)")
     url = args.jaeger_url or env.get(ENV_JAEGER_URL) or DEFAULT_QUERY_URL
     query = JaegerQuery(url)
-    style = WaterfallStyle(bar_width=max(10, args.width))
+    # Colours on a terminal; plain text (no control codes, rows never cut) in a pipe.
+    style = WaterfallStyle(bar_width=max(10, args.width), terminal=sys.stdout.isatty())
 
     def show() -> str:
         if args.batch:

@@ -1,8 +1,11 @@
 """A trace as a terminal waterfall, or as a JSON span tree. Pure: spans in, text out.
 
-Each line is one span: its start offset and duration in milliseconds, its name
-indented under its parent, its service, a bar placed on the trace's time axis,
-and the attributes that say what happened (verdict, score, cache hit, test).
+The waterfall is a ``rich`` table, one row per span: its start offset and
+duration in milliseconds, its name indented under its parent, its service, a bar
+(``rich.bar.Bar``) placed on the trace's time axis, and the attributes that say
+what happened (verdict, score, cache hit, test). On a terminal it has colours
+(a colour per service, errors in red); otherwise it is plain text whose columns
+are separated by "│".
 The span that spent the most time on its own (its duration less its children's)
 is marked: that is where the sample's time went.
 """
@@ -13,9 +16,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich import box
+from rich.bar import Bar
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rewardbus.observability.console import render_text
 from rewardbus.observability.otlp import SpanNode, SpanRecord, build_forest
 
-__all__ = ["WaterfallStyle", "render_waterfall", "self_time_ns", "slowest", "tree_json"]
+__all__ = [
+    "WaterfallStyle",
+    "render_waterfall",
+    "self_time_ns",
+    "slowest",
+    "tree_json",
+    "waterfall",
+]
 
 # Shown after the bar, in this order, when a span has them.
 NOTE_ATTRIBUTES = (
@@ -36,77 +53,142 @@ SLOWEST_MARK = "◀ slowest"
 
 @dataclass(frozen=True, slots=True)
 class WaterfallStyle:
-    """Column widths; ``bar_width`` characters span the whole trace."""
+    """Column widths; ``bar_width`` characters span the whole trace.
+
+    ``terminal``: colours, at the terminal's width (columns shrink to fit, cut with
+    "…"); otherwise plain text whose rows are never cut.
+    """
 
     bar_width: int = 40
     name_width: int = 34
     service_width: int = 20
     notes: bool = True
+    terminal: bool = False
+
+
+# A colour per service, in order of first appearance.
+_SERVICE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red")
 
 
 def render_waterfall(
     spans: Sequence[SpanRecord], *, title: str = "", style: WaterfallStyle | None = None
 ) -> str:
-    """The waterfall of ``spans`` (one trace, or the part of it one sample owns)."""
+    """The waterfall of ``spans`` (one trace, or the part of it one sample owns) as text."""
     style = style or WaterfallStyle()
+    return render_text(waterfall(spans, title=title, style=style), terminal=style.terminal)
+
+
+def waterfall(
+    spans: Sequence[SpanRecord], *, title: str = "", style: WaterfallStyle | None = None
+) -> RenderableType:
+    """The waterfall as a ``rich`` renderable: title, summary, the span table, the slowest."""
+    style = style or WaterfallStyle()
+    head = [Text(title)] if title else []
     if not spans:
-        return f"{title}\n  (no spans)" if title else "(no spans)"
+        return Group(*head, Text("  (no spans)" if title else "(no spans)"))
     forest = build_forest(spans)
     origin = min(span.start_ns for span in spans)
     total = max(1, max(span.end_ns for span in spans) - origin)
     worst = slowest(forest)
-    lines = [title] if title else []
-    lines.append(_header(spans, total, style))
+    colours = _service_colours(spans)
+    table = _table(total, style)
     for root in forest:
         for depth, node in root.walk():
             marked = worst is not None and node.span is worst[0]
-            lines.append(_line(node, depth, origin=origin, total=total, style=style, worst=marked))
+            row = _row(
+                node.span,
+                depth,
+                origin=origin,
+                total=total,
+                style=style,
+                colours=colours,
+                worst=marked,
+            )
+            table.add_row(*row)
+    services = len(colours)
+    parts: list[RenderableType] = [
+        *head,
+        Text(f"{len(spans)} spans, {services} services, {total / 1e6:.1f} ms"),
+        table,
+    ]
     if worst is not None:
         span, own = worst
-        lines.append(
-            f"slowest: {span.name} ({span.service}) {own / 1e6:.1f} ms on its own, "
-            f"{100 * own / total:.0f}% of {total / 1e6:.1f} ms"
+        parts.append(
+            Text(
+                f"slowest: {span.name} ({span.service}) {own / 1e6:.1f} ms on its own, "
+                f"{100 * own / total:.0f}% of {total / 1e6:.1f} ms",
+                style="bold",
+            )
         )
-    return "\n".join(lines)
+    return Group(*parts)
 
 
-def _header(spans: Sequence[SpanRecord], total: int, style: WaterfallStyle) -> str:
-    services = len({span.service for span in spans})
-    summary = f"{len(spans)} spans, {services} services, {total / 1e6:.1f} ms"
+def _service_colours(spans: Sequence[SpanRecord]) -> dict[str, str]:
+    services = dict.fromkeys(span.service for span in sorted(spans, key=lambda s: s.start_ns))
+    return {
+        service: _SERVICE_COLOURS[i % len(_SERVICE_COLOURS)] for i, service in enumerate(services)
+    }
+
+
+def _table(total: int, style: WaterfallStyle) -> Table:
+    """Columns: start, duration, span (indented under its parent), service, the bar on
+    the trace's time axis (its header: 0 ... total), notes."""
     end = f"{total / 1e6:.0f} ms"
     axis = "0" + end.rjust(style.bar_width - 1) if style.bar_width > len(end) + 1 else ""
-    head = (
-        f"{'start ms':>9} {'dur ms':>9}  {'span':<{style.name_width}} "
-        f"{'service':<{style.service_width}} |{axis:<{style.bar_width}}|"
-    )
-    return f"{summary}\n{head}"
+    table = Table(box=box.MINIMAL, show_edge=False, pad_edge=False, header_style="bold")
+    # Times and bars keep their width; on a narrow terminal the text columns give way
+    # (their cells are cut with "…", never wrapped: see _cell).
+    table.add_column("start ms", justify="right", no_wrap=True)
+    table.add_column("dur ms", justify="right", no_wrap=True)
+    table.add_column("span", max_width=style.name_width)
+    table.add_column("service", max_width=style.service_width)
+    table.add_column(axis, width=style.bar_width)
+    if style.notes:
+        table.add_column("notes")
+    return table
 
 
-def _line(
-    node: SpanNode, depth: int, *, origin: int, total: int, style: WaterfallStyle, worst: bool
-) -> str:
-    span = node.span
-    start_ms = (span.start_ns - origin) / 1e6
-    name = _clip(("  " * depth) + span.name, style.name_width)
-    service = _clip(span.service, style.service_width)
-    bar = _bar(span.start_ns - origin, span.duration_ns, total, style.bar_width)
-    text = (
-        f"{start_ms:9.1f} {span.duration_ns / 1e6:9.1f}  {name:<{style.name_width}} "
-        f"{service:<{style.service_width}} |{bar}|"
-    )
-    notes = _notes(span) if style.notes else ""
+def _cell(text: str = "", style: str = "") -> Text:
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def _row(
+    span: SpanRecord,
+    depth: int,
+    *,
+    origin: int,
+    total: int,
+    style: WaterfallStyle,
+    colours: dict[str, str],
+    worst: bool,
+) -> list[RenderableType]:
+    colour = colours[span.service]
+    row: list[RenderableType] = [
+        f"{(span.start_ns - origin) / 1e6:.1f}",
+        f"{span.duration_ns / 1e6:.1f}",
+        _cell(("  " * depth) + span.name, "bold" if depth == 0 else ""),
+        _cell(span.service, colour),
+        _bar(span.start_ns - origin, span.duration_ns, total, style.bar_width, colour),
+    ]
+    if style.notes:
+        row.append(_notes(span, worst=worst))
+    elif worst:
+        row.append(_cell(SLOWEST_MARK, "bold yellow"))
+    return row
+
+
+def _bar(offset: int, duration: int, total: int, width: int, colour: str) -> Bar:
+    """The span's place on the time axis; at least one character, so none vanishes."""
+    cell = total / width
+    begin = min(float(offset), total - cell)
+    end = min(float(total), max(float(offset + duration), begin + cell))
+    return Bar(size=total, begin=begin, end=end, width=width, color=colour)
+
+
+def _notes(span: SpanRecord, *, worst: bool) -> Text:
+    notes = _cell()
     if worst:
-        notes = f"{SLOWEST_MARK} {notes}".rstrip()
-    return f"{text} {notes}".rstrip()
-
-
-def _bar(offset: int, duration: int, total: int, width: int) -> str:
-    first = min(width - 1, offset * width // total)
-    last = max(first + 1, min(width, -(-(offset + duration) * width // total)))
-    return " " * first + "█" * (last - first) + " " * (width - last)
-
-
-def _notes(span: SpanRecord) -> str:
+        notes.append(SLOWEST_MARK + " ", style="bold yellow")
     parts = []
     for key, label in NOTE_ATTRIBUTES:
         if key in span.attributes:
@@ -114,13 +196,11 @@ def _notes(span: SpanRecord) -> str:
             if isinstance(value, float):
                 value = f"{value:g}"
             parts.append(f"{label}={value}")
+    notes.append(" ".join(parts), style="dim")
     if span.failed:
-        parts.append(f"ERROR {span.status_message}".rstrip())
-    return " ".join(parts)
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+        notes.append(f" ERROR {span.status_message}".rstrip(), style="bold red")
+    notes.rstrip()
+    return notes
 
 
 def self_time_ns(node: SpanNode) -> int:

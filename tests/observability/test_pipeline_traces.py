@@ -420,8 +420,9 @@ def test_rewardbus_trace_prints_the_waterfall(
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"sample {sample_id}  trace {sample_traces[sample_id].trace_ids[0]}")
     assert lines[1] == f"within: trainer step ({TRAINER})"
-    body = [line for line in lines if "|" in line][1:]  # after the header
-    names = [line.split("|")[0].split(None, 2)[2].rsplit(None, 1)[0].strip() for line in body]
+    assert "\x1b" not in done.stdout  # a pipe gets plain text
+    body = [line for line in lines if "│" in line][1:]  # the table's rows, after its header
+    names = [line.split("│")[2].strip() for line in body]
     assert names[:3] == ["publish completion", "queue wait", "judge completion"]
     assert names.count("test") == 3
     assert {"execute", "parse", "compile", "emit reward", "aggregate"} <= set(names)
@@ -453,8 +454,9 @@ def test_rewardbus_trace_batch(traced_run: TracedRun) -> None:
     assert lines[0].startswith(f"batch {traced_run.batch_id}: {len(traced_run.samples)} linked")
     for sample_id in traced_run.samples:
         # One row per sample, naming the worker that judged it; no infrastructure errors.
-        (row,) = [line for line in lines if f" {sample_id} " in line and "|" in line]
-        assert " tw-0 " in row
+        (row,) = [line for line in lines if f" {sample_id} " in line and "│" in line]
+        cells = [cell.strip() for cell in row.split("│")]
+        assert cells[2:4] == [sample_id, "tw-0"]  # span (the sample) and service (its worker)
         assert "ERROR" not in row
     assert any("emit scored batch" in line for line in lines)
 

@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+from rewardbus.observability.console import render_text
 from rewardbus.observability.otlp import build_forest, context_of, spans_from_otlp, subtree_of
 from rewardbus.observability.trace_view import BatchTrace, SampleTrace, render_batch, render_sample
 from rewardbus.observability.waterfall import (
@@ -15,6 +16,7 @@ from rewardbus.observability.waterfall import (
     self_time_ns,
     slowest,
     tree_json,
+    waterfall,
 )
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -204,30 +206,58 @@ def test_self_time_and_slowest() -> None:
     assert worst[1] == 100_000_000
 
 
+def _cells(line: str) -> list[str]:
+    """A table row's cells, the one space of padding each side removed (indentation kept)."""
+    first, *rest = line.split("│")
+    return [first.strip(), *(cell[1:].rstrip() for cell in rest)]
+
+
 def test_waterfall_lines() -> None:
     spans = subtree_of(spans_from_otlp(_sample_document()), "rewardbus.sample_id", "s1")
     text = render_waterfall(spans, title="sample s1", style=WaterfallStyle(bar_width=20))
+    assert "\x1b" not in text  # plain: no colours, no control codes
     lines = text.splitlines()
     assert lines[0] == "sample s1"
     assert lines[1].startswith("7 spans, 3 services, 162.0 ms")
-    body = lines[3:-1]
-    assert [line.split()[2] for line in body] == [
-        "publish", "queue", "judge", "test", "test", "emit", "aggregate",
+    header = _cells(lines[2])
+    assert header[:4] == ["start ms", "dur ms", "span", "service"]
+    assert header[4] == "0" + "162 ms".rjust(19)  # the time axis over the bars
+    body = [_cells(line) for line in lines[4:-1]]
+    assert [row[2].strip() for row in body] == [
+        "publish completion", "queue wait", "judge completion", "test", "test", "emit reward",
+        "aggregate",
     ]  # fmt: skip
-    queue = next(line for line in body if "queue wait" in line)
-    assert SLOWEST_MARK in queue
-    assert queue.split()[0:2] == ["0.0", "100.0"]
+    queue = next(row for row in body if row[2].strip() == "queue wait")
+    assert SLOWEST_MARK in queue[5]
+    assert [cell.strip() for cell in queue[:2]] == ["0.0", "100.0"]
+    assert queue[3] == "rewardbus-worker"
     # The bar of the queue wait covers the first ~60% of the axis.
-    bar = queue.split("|")[1]
+    bar = lines[4 + body.index(queue)].split("│")[4][1:-1]
     assert len(bar) == 20
     assert bar.startswith("█" * 12)
     assert bar.endswith(" " * 7)
-    failing = [line for line in body if "ERROR" in line]
+    # A 1 ms span at the end of the axis still shows as one character.
+    assert lines[4 + len(body) - 1].split("│")[4][1:-1] == " " * 19 + "█"
+    failing = [row for row in body if "ERROR" in row[5]]
     assert len(failing) == 1
-    assert "test=1" in failing[0]
-    assert "verdict=wrong_answer score=0.5" in next(line for line in body if "judge" in line)
-    assert "    test" in body[3]  # indented under judge completion
+    assert "test=1" in failing[0][5]
+    judge = next(row for row in body if "judge" in row[2])
+    assert "verdict=wrong_answer score=0.5" in judge[5]
+    assert body[3][2] == "    test"  # indented under judge completion
     assert lines[-1].startswith("slowest: queue wait (rewardbus-worker) 100.0 ms on its own, 62%")
+
+
+def test_waterfall_on_a_terminal_has_colours_and_fits_its_width() -> None:
+    spans = subtree_of(spans_from_otlp(_sample_document()), "rewardbus.sample_id", "s1")
+    view = waterfall(spans, title="sample s1", style=WaterfallStyle(bar_width=20))
+    coloured = render_text(view, terminal=True, width=80)
+    assert "\x1b[" in coloured
+    plain = render_text(view, terminal=False, width=80)
+    assert all(len(line) <= 80 for line in plain.splitlines())
+    queue = next(line for line in plain.splitlines() if "████████████" in line)
+    # The times and the bar keep their width; the text columns gave way.
+    assert [cell.strip() for cell in _cells(queue)[:2]] == ["0.0", "100.0"]
+    assert SLOWEST_MARK in queue
 
 
 def test_json_tree() -> None:
@@ -287,4 +317,5 @@ def test_sample_and_batch_views() -> None:
 
 def test_empty() -> None:
     assert render_waterfall([]) == "(no spans)"
+    assert render_waterfall([], title="sample s9") == "sample s9\n  (no spans)"
     assert tree_json([]) == []
