@@ -1,5 +1,8 @@
 """``rewardbus top``: fetch metrics snapshots and redraw the frame (:mod:`.top_view`).
 
+On a terminal the frame is redrawn in place (``rich.live.Live``); into a pipe or a
+file every frame is appended as plain text.
+
 Two sources, one shape. ``--metrics URL`` (repeatable) scrapes the services'
 ``/metrics`` endpoints directly: two scrapes ``interval`` apart give the rates.
 ``--prometheus URL`` asks a Prometheus for every ``rewardbus_*`` series now and
@@ -14,18 +17,18 @@ import contextlib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.live import Live
 
 from rewardbus.observability.prometheus import PrometheusError, query
-from rewardbus.observability.top_view import Frame, Series, build_frame, render
+from rewardbus.observability.top_view import Frame, Series, build_frame, frame_view, render
 
 __all__ = ["TopOptions", "prometheus_snapshot", "run_top", "scrape"]
-
-_CLEAR = "\x1b[H\x1b[2J"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,26 +126,44 @@ async def _frame_from_prometheus(options: TopOptions) -> Frame:
 async def run_top(options: TopOptions, *, out: TextIO, shutdown: Awaitable[object]) -> int:
     """Draw frames until ``shutdown`` (or one frame with ``once``). 1 if no source answered."""
     stop = asyncio.ensure_future(shutdown)
-    clear = "" if options.once or not out.isatty() else _CLEAR
     state: tuple[list[Series], float] | None = None
     try:
-        if options.metrics_urls:  # rates need a first scrape, one interval back
-            _, state = await _frame_from_endpoints(options, None)
-        while True:
-            if options.metrics_urls:
-                if await _stopped(stop, options.interval_s):
+        with _screen(out, options) as show:
+            if options.metrics_urls:  # rates need a first scrape, one interval back
+                _, state = await _frame_from_endpoints(options, None)
+            while True:
+                if options.metrics_urls:
+                    if await _stopped(stop, options.interval_s):
+                        return 0
+                    frame, state = await _frame_from_endpoints(options, state)
+                else:
+                    frame = await _frame_from_prometheus(options)
+                show(frame)
+                if options.once:
+                    return 1 if len(frame.errors) >= len(frame.sources) else 0
+                if not options.metrics_urls and await _stopped(stop, options.interval_s):
                     return 0
-                frame, state = await _frame_from_endpoints(options, state)
-            else:
-                frame = await _frame_from_prometheus(options)
-            out.write(clear + render(frame, width=options.width))
-            out.flush()
-            if options.once:
-                return 1 if len(frame.errors) >= len(frame.sources) else 0
-            if not options.metrics_urls and await _stopped(stop, options.interval_s):
-                return 0
     finally:
         stop.cancel()
+
+
+@contextlib.contextmanager
+def _screen(out: TextIO, options: TopOptions) -> Iterator[Callable[[Frame], None]]:
+    """Where frames go. A terminal: one screen redrawn in place (``rich.live.Live``), or
+    one coloured frame with ``once``. Anything else: each frame appended as plain text."""
+    terminal = out.isatty()
+    if options.once or not terminal:
+
+        def append(frame: Frame) -> None:
+            out.write(render(frame, width=options.width, terminal=terminal))
+            out.flush()
+
+        yield append
+        return
+    width = min(options.width, Console(file=out).width)
+    console = Console(file=out, width=width, highlight=False)
+    with Live(console=console, auto_refresh=False, redirect_stdout=False) as live:
+        yield lambda frame: live.update(frame_view(frame), refresh=True)
 
 
 async def _stopped(stop: asyncio.Future[object], delay_s: float) -> bool:

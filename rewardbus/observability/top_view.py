@@ -1,4 +1,4 @@
-"""``rewardbus top``'s pure part: two snapshots of the metrics in, one text frame out.
+"""``rewardbus top``'s pure part: two snapshots of the metrics in, one frame out.
 
 No I/O and no clock: :mod:`rewardbus.observability.top` fetches the snapshots (from
 ``/metrics`` endpoints or from Prometheus) and passes the time between them. A
@@ -7,7 +7,8 @@ snapshot is a list of :class:`Series` — Prometheus names and labels, as expose
 
 Rates are the counters' growth between the snapshots; latency percentiles come from
 the histogram buckets that grew in between (or, when none did, from every
-observation so far, and the frame says so).
+observation so far, and the frame says so). The frame is drawn with ``rich``
+tables (:func:`frame_view`); :func:`render` makes it text, plain or coloured.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Frame", "Series", "WorkerRow", "build_frame", "quantile", "render"]
+from rich import box
+from rich.bar import Bar
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rewardbus.observability.console import render_text
+
+__all__ = ["Frame", "Series", "WorkerRow", "build_frame", "frame_view", "quantile", "render"]
 
 COMPLETIONS = "rewardbus_worker_completions_total"
 REWARDS = "rewardbus_worker_rewards_total"
@@ -233,60 +242,115 @@ def _mean_of(series: Sequence[Series], name: str) -> float | None:
 
 # -- rendering -------------------------------------------------------------------------
 
+_BAR_WIDTH = 20
+_VERDICT_COLOURS = {"accepted": "green", "wrong_answer": "yellow"}
+
+
+def render(frame: Frame, *, width: int = 80, terminal: bool = False) -> str:
+    """The frame as text at most ``width`` columns wide: plain (no terminal control
+    codes), or with colours for a terminal."""
+    return render_text(frame_view(frame), terminal=terminal, width=width) + "\n"
+
+
+def frame_view(frame: Frame) -> RenderableType:
+    """The frame as a ``rich`` renderable: the headline figures, then verdicts, consumer
+    lag and workers as tables, then a line per source that did not answer."""
+    window = f"last {frame.window_s:.1f} s" if frame.window_s else "one snapshot"
+    parts: list[RenderableType] = [
+        Text(f"rewardbus top - {window} - {len(frame.sources)} source(s)", style="bold"),
+        Text(),
+        _headline(frame),
+        Text(),
+        _verdict_table(frame.verdicts),
+        Text(),
+        _lag_table(frame.lags),
+        Text(),
+        _worker_table(frame.workers),
+    ]
+    parts.extend(Text(f"! {error}", style="bold red") for error in frame.errors)
+    return Group(*parts)
+
 
 def _num(value: float | None, fmt: str = "{:.1f}", missing: str = "-") -> str:
     return missing if value is None else fmt.format(value)
 
 
-def _bar(fraction: float, width: int) -> str:
-    filled = round(max(0.0, min(1.0, fraction)) * width)
-    return "#" * filled + "." * (width - filled)
+def _cell(text: str, style: str = "") -> Text:
+    """A cell cut with "…" when its column must give way, never wrapped."""
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
 
 
-def render(frame: Frame, *, width: int = 80) -> str:
-    """The frame as plain text lines (no terminal control codes)."""
-    window = f"last {frame.window_s:.1f} s" if frame.window_s else "one snapshot"
-    lines = [
-        f"rewardbus top - {window} - {len(frame.sources)} source(s)",
-        "",
-        f"completions/s  {_num(frame.completions_per_s):>8}   total {frame.completions_total:,.0f}",
-        f"latency (produce->reward)  p50 {_num(frame.p50_ms, '{:.0f}')} ms   "
-        f"p99 {_num(frame.p99_ms, '{:.0f}')} ms"
-        + ("" if frame.latency_windowed else "   (all observations so far)"),
-        f"cache hit rate {_num(frame.cache_hit_rate, '{:.1%}')}",
-        f"scored batches/s {_num(frame.batches_per_s, '{:.2f}')}   "
-        f"last batch reward mean {_num(frame.reward_mean, '{:.3f}')}",
-        "",
-        *_verdict_lines(frame.verdicts, width),
-        "",
-        *_lag_lines(frame.lags),
-        "",
-        *_worker_lines(frame.workers, width),
+def _share(fraction: float, colour: str) -> Bar:
+    return Bar(
+        size=1.0, begin=0.0, end=max(0.0, min(1.0, fraction)), width=_BAR_WIDTH, color=colour
+    )
+
+
+def _table() -> Table:
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="dim")
+
+
+def _section(title: str, table: Table) -> Group:
+    return Group(Text(title, style="bold"), table)
+
+
+def _headline(frame: Frame) -> Table:
+    p99 = f"p99 {_num(frame.p99_ms, '{:.0f}')} ms"
+    grid = Table.grid(padding=(0, 3))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column()
+    rows = [
+        ("completions/s", _num(frame.completions_per_s), f"total {frame.completions_total:,.0f}"),
+        (
+            "latency (produce->reward)",
+            f"p50 {_num(frame.p50_ms, '{:.0f}')} ms",
+            p99 if frame.latency_windowed else f"{p99}   (all observations so far)",
+        ),
+        ("cache hit rate", _num(frame.cache_hit_rate, "{:.1%}"), ""),
+        (
+            "scored batches/s",
+            _num(frame.batches_per_s, "{:.2f}"),
+            f"last batch reward mean {_num(frame.reward_mean, '{:.3f}')}",
+        ),
     ]
-    for error in frame.errors:
-        lines.append(f"! {error}")
-    return "\n".join(line[:width] for line in lines) + "\n"
+    for label, value, detail in rows:
+        grid.add_row(label, value, _cell(detail))
+    return grid
 
 
-def _verdict_lines(verdicts: Mapping[str, float], width: int) -> list[str]:
+def _verdict_table(verdicts: Mapping[str, float]) -> RenderableType:
     total = sum(verdicts.values())
     if not total:
-        return ["verdicts       (none yet)"]
-    bar_width = max(10, width - 40)
-    lines = ["verdicts (since start)"]
+        return Text("verdicts (none yet)")
+    table = _table()
+    table.add_column("verdict")
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("", width=_BAR_WIDTH)
     for verdict, count in sorted(verdicts.items(), key=lambda kv: (-kv[1], kv[0])):
+        colour = _VERDICT_COLOURS.get(verdict, "red")
         share = count / total
-        lines.append(f"  {verdict:<15} {count:>8,.0f} {share * 100:5.1f}% {_bar(share, bar_width)}")
-    return lines
+        table.add_row(
+            _cell(verdict, colour), f"{count:,.0f}", f"{share:.1%}", _share(share, colour)
+        )
+    return _section("verdicts (since start)", table)
 
 
-def _lag_lines(lags: Mapping[tuple[str, str, str], float]) -> list[str]:
+def _lag_table(lags: Mapping[tuple[str, str, str], float]) -> RenderableType:
     if not lags:
-        return ["consumer lag   (no partition fetched yet)"]
-    lines = ["consumer lag (records not yet fetched)"]
+        return Text("consumer lag (no partition fetched yet)")
+    table = _table()
+    table.add_column("consumer")
+    table.add_column("partition")
+    table.add_column("lag", justify="right", no_wrap=True)
     for (consumer, topic, partition), lag in sorted(lags.items(), key=_lag_order):
-        lines.append(f"  {consumer:<10} {topic}[{partition}] {lag:>10,.0f}")
-    return lines
+        table.add_row(
+            _cell(consumer),
+            _cell(f"{topic}[{partition}]"),
+            Text(f"{lag:,.0f}", style="yellow" if lag else ""),
+        )
+    return _section("consumer lag (records not yet fetched)", table)
 
 
 def _lag_order(item: tuple[tuple[str, str, str], float]) -> tuple[str, str, int]:
@@ -294,15 +358,24 @@ def _lag_order(item: tuple[tuple[str, str, str], float]) -> tuple[str, str, int]
     return consumer, topic, int(partition) if partition.isdigit() else -1
 
 
-def _worker_lines(workers: Sequence[WorkerRow], width: int) -> list[str]:
+def _worker_table(workers: Sequence[WorkerRow]) -> RenderableType:
     if not workers:
-        return ["workers        (none reporting)"]
-    bar_width = max(10, width - 60)
-    lines = [f"  {'worker':<24} {'compl/s':>8} {'busy':>9} {'util':>6}"]
+        return Text("workers (none reporting)")
+    table = _table()
+    table.add_column("worker")
+    table.add_column("compl/s", justify="right", no_wrap=True)
+    table.add_column("busy", justify="right", no_wrap=True)
+    table.add_column("util", justify="right", no_wrap=True)
+    table.add_column("", width=_BAR_WIDTH)
     for row in workers:
-        busy = f"{row.in_flight:.0f}/{row.concurrency:.0f}"
-        lines.append(
-            f"  {row.worker_id[:24]:<24} {_num(row.completions_per_s):>8} {busy:>9} "
-            f"{row.utilisation * 100:5.1f}% {_bar(row.utilisation, bar_width)}"
+        colour = (
+            "red" if row.utilisation >= 0.95 else "yellow" if row.utilisation >= 0.8 else "green"
         )
-    return lines
+        table.add_row(
+            _cell(row.worker_id),
+            _num(row.completions_per_s),
+            f"{row.in_flight:.0f}/{row.concurrency:.0f}",
+            f"{row.utilisation:.1%}",
+            _share(row.utilisation, colour),
+        )
+    return _section("workers", table)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rewardbus.observability.top_view import Series, build_frame, quantile, render
@@ -61,8 +63,13 @@ def test_a_single_snapshot_has_no_rates_and_says_latency_is_all_time() -> None:
     assert not frame.latency_windowed
     assert frame.workers[0].utilisation == 0.5  # the gauge, without a window
     text = render(frame)
-    assert "(all observations so far)" in text
-    assert "completions/s         -" in text
+    assert "\x1b" not in text  # plain: no terminal control codes
+    assert re.search(
+        r"^latency \(produce->reward\) +p50 5 ms +p99 10 ms +\(all observations so far\)$",
+        text,
+        re.M,
+    )
+    assert re.search(r"^completions/s +- +total 3$", text, re.M)
 
 
 def test_render_lists_verdicts_lags_and_workers_within_the_width() -> None:
@@ -73,12 +80,24 @@ def test_render_lists_verdicts_lags_and_workers_within_the_width() -> None:
     assert lines[0] == "rewardbus top - last 2.0 s - 2 source(s)"
     assert all(len(line) <= 72 for line in lines)
     assert any(line.lstrip().startswith("accepted") and "91.7%" in line for line in lines)
-    assert any("workers    c[1]" in line and line.endswith(" 7") for line in lines)
+    assert any(line.split() == ["workers", "c[1]", "7"] for line in lines)
+    assert any(line.split() == ["aggregator", "r[0]", "0"] for line in lines)
     assert any(line.lstrip().startswith("w-1") and "1/2" in line for line in lines)
-    assert "cache hit rate 8.3%" in text
+    assert re.search(r"^cache hit rate +8\.3%$", text, re.M)
+    assert re.search(r"^completions/s +1\.0 +total 12$", text, re.M)
+
+
+def test_render_for_a_terminal_has_colours_within_the_width() -> None:
+    frame = build_frame(None, _snapshot(3, 0, {"+Inf": 3}), None, sources=("u",))
+    text = render(frame, width=60, terminal=True)
+    assert "\x1b[" in text
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert all(len(line) <= 60 for line in plain.splitlines())
+    assert plain.splitlines()[0] == "rewardbus top - one snapshot - 1 source(s)"
 
 
 def test_unreachable_sources_are_named_on_the_frame() -> None:
     frame = build_frame(None, [], None, sources=("http://x",), errors=("http://x: refused",))
     assert "! http://x: refused" in render(frame)
-    assert "workers        (none reporting)" in render(frame)
+    assert "workers (none reporting)" in render(frame)
+    assert "verdicts (none yet)" in render(frame)
