@@ -23,6 +23,7 @@ from typing import Any
 
 from producers import RolloutProducer
 from rewardbus.local import RewardWatcher, WorkerPoolOptions, embedded_broker, worker_pool
+from rewardbus.observability.percentiles import Percentiles
 from rewardbus.topics import ensure_topics
 from schemas import Completion, KafkaSettings, RewardEvent, Topics
 
@@ -60,22 +61,14 @@ def quiet_logs() -> None:
 
 
 def percentiles(values_ms: Sequence[float]) -> dict[str, float]:
-    """p50/p99/max/mean of millisecond samples (nearest-rank), rounded for printing."""
-    if not values_ms:
-        return {"n": 0, "p50": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
-    ordered = sorted(values_ms)
-
-    def rank(q: float) -> float:
-        # Nearest rank: the smallest value with at least q of the samples at or below it.
-        index = max(0, min(len(ordered) - 1, int(-(-q * len(ordered) // 1)) - 1))
-        return round(ordered[index], 2)
-
+    """n, p50/p99/max (:class:`Percentiles`' rule) and mean of millisecond samples, rounded."""
+    summary = Percentiles.of(values_ms, digits=2)
     return {
-        "n": len(ordered),
-        "p50": rank(0.50),
-        "p99": rank(0.99),
-        "max": round(ordered[-1], 2),
-        "mean": round(statistics.fmean(ordered), 2),
+        "n": len(values_ms),
+        "p50": summary.p50,
+        "p99": summary.p99,
+        "max": summary.max,
+        "mean": round(statistics.fmean(values_ms), 2) if values_ms else 0.0,
     }
 
 

@@ -6,10 +6,11 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rewardbus.observability.percentiles import Percentiles
 from rewardbus.train_demo.monitor import AlertKind, StepRecord
 from rewardbus.train_demo.plot import Series, plot_curves
 
@@ -60,13 +61,6 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(records: Sequence[StepRecord], facts: RunFacts) -> dict[str, Any]:
     """The run's summary object (printed last with ``--json``)."""
     rewards = [r.reward_mean for r in records]
@@ -85,11 +79,7 @@ def summary(records: Sequence[StepRecord], facts: RunFacts) -> dict[str, Any]:
         "response_length_by_step": [round(r.response_length, 3) for r in records],
         "reward_latency_ms_by_step": [round(v, 1) for v in latencies],
         "rewards_per_s_by_step": [round(r.rewards_per_s, 1) for r in records],
-        "reward_latency_ms": {
-            "p50": round(_percentile(latencies, 0.5), 1),
-            "p99": round(_percentile(latencies, 0.99), 1),
-            "max": round(max(latencies, default=0.0), 1),
-        },
+        "reward_latency_ms": asdict(Percentiles.of(latencies)),
         "learned": first <= FIRST_AT_MOST and last >= LAST_AT_LEAST,
         "wall_s": round(facts.wall_s, 2),
         "train_s": round(facts.train_s, 2),

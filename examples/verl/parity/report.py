@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rewardbus.observability.percentiles import percentile
+
 __all__ = ["GROUPS", "group_of", "main", "render"]
 
 HERE = Path(__file__).resolve().parent
@@ -218,11 +220,6 @@ def _unstable(cases: Sequence[dict[str, Any]], verl: dict[str, dict[str, Any]]) 
     return [f"verl unstable ({len(rows)}):", "", *header, *rows]
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _timings(
     cases: Sequence[dict[str, Any]],
     verl: dict[str, dict[str, Any]],
@@ -243,7 +240,7 @@ def _timings(
             if walls:
                 lines.append(
                     f"| {name}, {label} | {len(walls)} | {sum(walls):.1f} |"
-                    f" {_percentile(walls, 0.5):.2f} | {_percentile(walls, 0.99):.2f} |"
+                    f" {percentile(walls, 50):.2f} | {percentile(walls, 99):.2f} |"
                     f" {max(walls):.2f} |"
                 )
     return "\n".join(lines)
