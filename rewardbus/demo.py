@@ -20,16 +20,20 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
 from rewardbus.local import RewardWatcher, embedded_broker, local_pipeline
 from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL
+from rewardbus.observability.percentiles import Percentiles
 from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
-__all__ = ["DemoOptions", "run_demo"]
+__all__ = ["DemoOptions", "DemoSummary", "run_demo"]
 
 WORKER_GROUP = "rewardbus-demo-workers"
 
@@ -68,22 +72,47 @@ class _Progress:
     rewards: dict[str, RewardEvent] = field(default_factory=dict)
     scored_at: dict[str, float] = field(default_factory=dict)
     batches: dict[str, ScoredBatch] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
-    last_drawn: int = -1
 
-    def draw(self, *, final: bool = False) -> None:
-        done = len(self.rewards)
-        step = max(1, self.total // 20)
-        if not final and not sys.stderr.isatty() and done // step == self.last_drawn // step:
+
+class _ProgressView:
+    """The rewards as they arrive, on stderr: a ``rich`` progress bar on a terminal; a
+    plain line at each twentieth of the total otherwise (a log, a pipe)."""
+
+    def __init__(self, progress: _Progress, console: Console) -> None:
+        self._progress = progress
+        self._console = console
+        self._last_logged = -1
+        self._bar = Progress(
+            TextColumn("rewards"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[batches]} batches"),
+            TextColumn("{task.fields[rate]:.1f}/s"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not console.is_terminal,
+        )
+        self._task = self._bar.add_task("rewards", total=progress.total, batches=0, rate=0.0)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> _ProgressView:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.update(final=True)
+        self._bar.stop()
+
+    def update(self, *, final: bool = False) -> None:
+        done, batches = len(self._progress.rewards), len(self._progress.batches)
+        rate = done / max(1e-9, time.monotonic() - self._started)
+        if self._console.is_terminal:
+            self._bar.update(self._task, completed=done, batches=batches, rate=rate)
             return
-        self.last_drawn = done
-        width = 30
-        filled = width * done // max(1, self.total)
-        rate = done / max(1e-9, time.monotonic() - self.started)
-        bar = "#" * filled + "." * (width - filled)
-        line = f"[{bar}] {done}/{self.total} rewards, {len(self.batches)} batches, {rate:.1f}/s"
-        end = "\n" if final or not sys.stderr.isatty() else ""
-        print(f"\r{line}", end=end, file=sys.stderr, flush=True)
+        step = max(1, self._progress.total // 20)
+        if final or done // step != self._last_logged // step:
+            self._last_logged = done
+            _say(f"{done}/{self._progress.total} rewards, {batches} batches, {rate:.1f}/s")
 
 
 async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
@@ -105,21 +134,24 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
             await _start_pipeline(stack, kafka, options)
         samples = humaneval_samples(limit=options.limit)
         progress = _Progress(total=len(samples))
-        work = asyncio.ensure_future(
-            _publish_and_collect(kafka, options, samples, progress, run_id)
-        )
-        stop = asyncio.ensure_future(shutdown)
-        await asyncio.wait([work, stop], timeout=options.timeout_s, return_when="FIRST_COMPLETED")
-        stop.cancel()
-        if not work.done():
-            work.cancel()
-            progress.draw(final=True)
+        with _ProgressView(progress, Console(stderr=True)) as view:
+            work = asyncio.ensure_future(
+                _publish_and_collect(kafka, options, samples, progress, run_id, view=view)
+            )
+            stop = asyncio.ensure_future(shutdown)
+            await asyncio.wait(
+                [work, stop], timeout=options.timeout_s, return_when="FIRST_COMPLETED"
+            )
+            stop.cancel()
+            finished = work.done()
+            if finished:
+                work.result()
+            else:
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+        if not finished:
             _say("interrupted" if stop.done() else f"timed out after {options.timeout_s:.0f}s")
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-        else:
-            work.result()
-            progress.draw(final=True)
         summary = _summary(samples, progress, options)
     _print_summary(summary, as_json=options.json)
     if options.jaeger_url is not None:
@@ -127,7 +159,7 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
         _print_trace_hint(
             progress, options.jaeger_url, out=sys.stderr if options.json else sys.stdout
         )
-    return 0 if summary["ok"] else 1
+    return 0 if summary.ok else 1
 
 
 async def _start_pipeline(
@@ -179,6 +211,8 @@ async def _publish_and_collect(
     samples: list[HumanEvalSample],
     progress: _Progress,
     run_id: str,
+    *,
+    view: _ProgressView,
 ) -> None:
     batches = list(
         build_batches(
@@ -195,7 +229,7 @@ async def _publish_and_collect(
         RewardWatcher(kafka, sample_prefix=f"{run_id}-", from_end=True) as watcher,
     ):
         progress.rewards, progress.reward_at = watcher.rewards, watcher.arrived_at
-        redraw = asyncio.create_task(_redraw(watcher, progress))
+        redraw = asyncio.create_task(_redraw(watcher, view))
         try:
             async with RolloutProducer(kafka) as producer:
                 for manifest, chunk in batches:
@@ -219,26 +253,50 @@ async def _publish_and_collect(
             redraw.cancel()
 
 
-async def _redraw(watcher: RewardWatcher, progress: _Progress) -> None:
+async def _redraw(watcher: RewardWatcher, view: _ProgressView) -> None:
     while True:
         await watcher.changed()
-        progress.draw()
+        view.update()
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": 0.0, "p99": 0.0, "max": 0.0}
-    ordered = sorted(values)
+@dataclass(frozen=True)
+class DemoSummary:
+    """What the demo found; printed as a table, and as one JSON object with ``--json``."""
 
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+    completions: int
+    rewards: int
+    workers: int
+    batches: int
+    batches_complete: int
+    elapsed_s: float
+    completions_per_s: float
+    produce_to_reward_ms: Percentiles
+    produce_to_scored_batch_ms: Percentiles
+    verdicts: dict[str, int]
+    canonical_accepted: int
+    canonical_total: int
+    broken_accepted: int
+    broken_total: int
+    cache_hits: int
+    sandbox_degraded_layers: list[str]
 
-    return {"p50": pick(0.50), "p99": pick(0.99), "max": round(ordered[-1], 1)}
+    @property
+    def ok(self) -> bool:
+        """Every completion rewarded, every canonical solution accepted, no broken one."""
+        return (
+            self.canonical_accepted == self.canonical_total
+            and self.broken_accepted == 0
+            and self.rewards == self.completions
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields and ``ok``, as JSON-ready values."""
+        return {**asdict(self), "ok": self.ok}
 
 
 def _summary(
     samples: list[HumanEvalSample], progress: _Progress, options: DemoOptions
-) -> dict[str, Any]:
+) -> DemoSummary:
     canonical = [s for s in samples if s.canonical]
     broken = [s for s in samples if not s.canonical]
 
@@ -263,58 +321,50 @@ def _summary(
     last = max(progress.reward_at.values(), default=first)
     elapsed = max(1e-9, last - first)
     verdicts = Counter(str(e.verdict) for e in progress.rewards.values())
-    degraded = sorted({layer for e in progress.rewards.values() for layer in e.degraded})
-    complete = sum(1 for b in progress.batches.values() if b.complete)
-    summary: dict[str, Any] = {
-        "completions": len(samples),
-        "rewards": len(progress.rewards),
-        "workers": options.workers,
-        "batches": len(progress.batches),
-        "batches_complete": complete,
-        "elapsed_s": round(elapsed, 2),
-        "completions_per_s": round(len(progress.rewards) / elapsed, 1),
-        "produce_to_reward_ms": _percentiles(reward_ms),
-        "produce_to_scored_batch_ms": _percentiles(scored_ms),
-        "verdicts": dict(sorted(verdicts.items())),
-        "canonical_accepted": accepted(canonical),
-        "canonical_total": len(canonical),
-        "broken_accepted": accepted(broken),
-        "broken_total": len(broken),
-        "cache_hits": sum(1 for e in progress.rewards.values() if e.cache_hit),
-        "sandbox_degraded_layers": degraded,
-    }
-    summary["ok"] = (
-        summary["canonical_accepted"] == len(canonical)
-        and summary["broken_accepted"] == 0
-        and len(progress.rewards) == len(samples)
+    return DemoSummary(
+        completions=len(samples),
+        rewards=len(progress.rewards),
+        workers=options.workers,
+        batches=len(progress.batches),
+        batches_complete=sum(1 for b in progress.batches.values() if b.complete),
+        elapsed_s=round(elapsed, 2),
+        completions_per_s=round(len(progress.rewards) / elapsed, 1),
+        produce_to_reward_ms=Percentiles.of(reward_ms),
+        produce_to_scored_batch_ms=Percentiles.of(scored_ms),
+        verdicts=dict(sorted(verdicts.items())),
+        canonical_accepted=accepted(canonical),
+        canonical_total=len(canonical),
+        broken_accepted=accepted(broken),
+        broken_total=len(broken),
+        cache_hits=sum(1 for e in progress.rewards.values() if e.cache_hit),
+        sandbox_degraded_layers=sorted(
+            {layer for e in progress.rewards.values() for layer in e.degraded}
+        ),
     )
-    return summary
 
 
 def _judged_by(workers: int) -> str:
     return f"{workers} worker processes" if workers else "the deployment's workers"
 
 
-def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
-    lat = summary["produce_to_reward_ms"]
-    scored = summary["produce_to_scored_batch_ms"]
+def _print_summary(summary: DemoSummary, *, as_json: bool) -> None:
+    lat, scored = summary.produce_to_reward_ms, summary.produce_to_scored_batch_ms
     lines = [
         "",
         "rewardbus demo — HumanEval through Kafka, sandbox workers and the aggregator",
-        f"  completions       {summary['rewards']}/{summary['completions']} rewarded "
-        f"by {_judged_by(summary['workers'])} in {summary['elapsed_s']} s",
-        f"  throughput        {summary['completions_per_s']} completions/s",
-        f"  produce→reward    p50 {lat['p50']} ms   p99 {lat['p99']} ms   max {lat['max']} ms",
-        f"  produce→batch     p50 {scored['p50']} ms   p99 {scored['p99']} ms",
-        f"  batches           {summary['batches_complete']}/{summary['batches']} complete",
-        f"  verdicts          {summary['verdicts']}",
-        f"  canonical         {summary['canonical_accepted']}/{summary['canonical_total']}"
-        " accepted",
-        f"  broken            {summary['broken_accepted']}/{summary['broken_total']} accepted",
+        f"  completions       {summary.rewards}/{summary.completions} rewarded "
+        f"by {_judged_by(summary.workers)} in {summary.elapsed_s} s",
+        f"  throughput        {summary.completions_per_s} completions/s",
+        f"  produce→reward    p50 {lat.p50} ms   p99 {lat.p99} ms   max {lat.max} ms",
+        f"  produce→batch     p50 {scored.p50} ms   p99 {scored.p99} ms",
+        f"  batches           {summary.batches_complete}/{summary.batches} complete",
+        f"  verdicts          {summary.verdicts}",
+        f"  canonical         {summary.canonical_accepted}/{summary.canonical_total} accepted",
+        f"  broken            {summary.broken_accepted}/{summary.broken_total} accepted",
     ]
-    if summary["sandbox_degraded_layers"]:
-        lines.append(f"  DEGRADED sandbox: missing {summary['sandbox_degraded_layers']}")
-    lines.append(f"  result            {'OK' if summary['ok'] else 'FAILED'}")
+    if summary.sandbox_degraded_layers:
+        lines.append(f"  DEGRADED sandbox: missing {summary.sandbox_degraded_layers}")
+    lines.append(f"  result            {'OK' if summary.ok else 'FAILED'}")
     print("\n".join(lines), flush=True)
     if as_json:
-        print(json.dumps(summary, sort_keys=True), flush=True)
+        print(json.dumps(summary.to_json(), sort_keys=True), flush=True)
