@@ -14,7 +14,15 @@ from rewardbus.observability.percentiles import Percentiles
 from rewardbus.train_demo.monitor import AlertKind, StepRecord
 from rewardbus.train_demo.plot import Series, plot_curves
 
-__all__ = ["RunFacts", "print_summary", "progress_line", "summary", "write_plot"]
+__all__ = [
+    "RunFacts",
+    "curve_series",
+    "print_summary",
+    "progress_line",
+    "resume_markers",
+    "summary",
+    "write_plot",
+]
 
 # The acceptance bar the demo is held to (issue 8): from <= 0.2 to >= 0.8.
 FIRST_AT_MOST = 0.2
@@ -144,38 +152,44 @@ def write_plot(
     path: Path, records: Sequence[StepRecord], *, title: str, resumed_at: Sequence[int] = ()
 ) -> Path:
     """The four curves as a PNG at ``path``; a marked line at each step a resume began."""
-    return plot_curves(
-        path,
-        [
-            Series(
-                "mean reward",
-                [r.reward_mean for r in records],
-                (30, 100, 200),
-                fixed_range=(0.0, 1.0),
-                guides=((FIRST_AT_MOST, f"{FIRST_AT_MOST}"), (LAST_AT_LEAST, f"{LAST_AT_LEAST}")),
-            ),
-            Series(
-                "mean response length",
-                [r.response_length for r in records],
-                (200, 90, 30),
-                unit=" tok",
-            ),
-            Series(
-                "reward latency (publish -> scored batch)",
-                [r.reward_latency_ms for r in records],
-                (40, 150, 60),
-                unit=" ms",
-            ),
-            Series(
-                "throughput (rewards / reward latency)",
-                [r.rewards_per_s for r in records],
-                (140, 60, 170),
-                unit=" /s",
-            ),
-        ],
-        title=title,
-        markers=[(step, "resumed") for step in resumed_at],
-    )
+    return plot_curves(path, curve_series(records), title=title, markers=resume_markers(resumed_at))
+
+
+def curve_series(records: Sequence[StepRecord]) -> list[Series]:
+    """The plotted curves: mean reward (with the acceptance bar), response length,
+    reward latency and throughput, a value per step."""
+    return [
+        Series(
+            "mean reward",
+            [r.reward_mean for r in records],
+            "tab:blue",
+            fixed_range=(0.0, 1.0),
+            guides=((FIRST_AT_MOST, f"{FIRST_AT_MOST}"), (LAST_AT_LEAST, f"{LAST_AT_LEAST}")),
+        ),
+        Series(
+            "mean response length",
+            [r.response_length for r in records],
+            "tab:orange",
+            unit=" tok",
+        ),
+        Series(
+            "reward latency (publish -> scored batch)",
+            [r.reward_latency_ms for r in records],
+            "tab:green",
+            unit=" ms",
+        ),
+        Series(
+            "throughput (rewards / reward latency)",
+            [r.rewards_per_s for r in records],
+            "tab:purple",
+            unit=" /s",
+        ),
+    ]
+
+
+def resume_markers(resumed_at: Sequence[int]) -> list[tuple[int, str]]:
+    """A "resumed" line at each step a resumed run began."""
+    return [(step, "resumed") for step in resumed_at]
 
 
 def say(message: str) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import verl  # noqa: F401 - the verl extra is required here (make test installs it)
-from PIL import Image
+from matplotlib import image
+from matplotlib.colors import to_hex
 
 from rewardbus.tokenizer import EOS_TOKEN, build_tokenizer, character_vocab
 from rewardbus.train_demo.devices import (
@@ -19,8 +21,17 @@ from rewardbus.train_demo.devices import (
 from rewardbus.train_demo.grammar import ExpressionGrammar
 from rewardbus.train_demo.learner import LearnerBatch, LearnerConfig, update
 from rewardbus.train_demo.monitor import AlertKind, StepRecord
+from rewardbus.train_demo.plot import MARKER_COLOUR, curves_figure
 from rewardbus.train_demo.policy import PolicyConfig, build_policy
-from rewardbus.train_demo.report import RunFacts, summary, write_plot
+from rewardbus.train_demo.report import (
+    FIRST_AT_MOST,
+    LAST_AT_LEAST,
+    RunFacts,
+    curve_series,
+    resume_markers,
+    summary,
+    write_plot,
+)
 from rewardbus.train_demo.rollout import allowed_mask, response_log_probs, sample
 from rewardbus.train_demo.tasks import task_family
 from rewardbus.train_demo.verl_loss import verl_aggregate, verl_policy_loss
@@ -226,11 +237,29 @@ def test_summary_and_plot(tmp_path: Path) -> None:
     assert result["learned"] is True
     assert result["steps_per_s"] == 2.0
     assert result["alerts"] == {"reward_falling": 0, "response_length": 0}
-    path = write_plot(tmp_path / "curves.png", records, title="test")
-    with Image.open(path) as image:
-        assert image.format == "PNG"
-        assert image.size[0] >= 800
-        # Something besides the background was drawn.
-        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
-        assert colours is not None
-        assert len(colours) > 10
+    path = write_plot(tmp_path / "curves.png", records, title="test", resumed_at=[5])
+    png = path.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    pixels = image.imread(path)
+    assert pixels.shape[1] >= 800  # two panels of 480 pixels side by side
+    assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 10  # drawn on
+    # What the PNG shows: four panels, each curve a value per step, a red line at the resume.
+    figure = curves_figure(curve_series(records), title="test", markers=resume_markers([5]))
+    panels = [axes for axes in figure.axes if axes.get_visible()]
+    assert [axes.get_title(loc="left") for axes in panels] == [
+        "mean reward  last 0.9",
+        "mean response length  last 3 tok",
+        "reward latency (publish -> scored batch)  last 109 ms",
+        "throughput (rewards / reward latency)  last 50 /s",
+    ]
+    reward = panels[0]
+    assert reward.get_ylim() == (0.0, 1.0)
+    curve = reward.lines[-1]
+    assert list(curve.get_ydata()) == [r.reward_mean for r in records]
+    assert [line.get_ydata()[0] for line in reward.lines if line.get_linestyle() == "--"] == [
+        FIRST_AT_MOST, LAST_AT_LEAST,
+    ]  # fmt: skip
+    for axes in panels:
+        resumed = [line for line in axes.lines if to_hex(line.get_color()) == to_hex(MARKER_COLOUR)]
+        assert [line.get_xdata()[0] for line in resumed] == [5]
+        assert "resumed" in [text.get_text() for text in axes.texts]
