@@ -39,6 +39,7 @@ from schemas.messages import (
     unpack_programs,
 )
 from schemas.outcomes import BoundedOutcomes, bound_outcomes, bounded_reward
+from schemas.paths import CACHE_ENV, cache_root
 from schemas.settings import KafkaSettings
 from schemas.state import (
     AggregatorRecord,
@@ -61,6 +62,7 @@ from schemas.topics import (
 )
 
 __all__ = [
+    "CACHE_ENV",
     "CANARY_BATCH_PREFIX",
     "COMPARE_MODES",
     "CONTENT_TYPE",
@@ -108,6 +110,7 @@ __all__ = [
     "attempt_key",
     "bound_outcomes",
     "bounded_reward",
+    "cache_root",
     "decode",
     "decode_json",
     "decode_state",

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas import cache_root
+
 __all__ = ["KAFKA_VERSION", "BrokerConfig", "default_kafka_lib"]
 
 KAFKA_VERSION = "4.1.1"
@@ -56,5 +58,4 @@ def default_kafka_lib() -> Path:
     explicit = os.environ.get("REWARDBUS_KAFKA_LIB")
     if explicit:
         return Path(explicit)
-    cache = os.environ.get("REWARDBUS_CACHE") or Path.home() / ".cache" / "rewardbus"
-    return Path(cache) / f"kafka-{KAFKA_VERSION}" / "lib"
+    return cache_root(os.environ) / f"kafka-{KAFKA_VERSION}" / "lib"

@@ -81,8 +81,9 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 async def _jaeger_for_demo(env: Mapping[str, str]) -> tuple[str, str]:
     """A Jaeger on its default ports that outlives the demo: its query URL and the
     OTLP traces endpoint the demo and its worker processes export to."""
-    from rewardbus.observability.gotools import ToolBuildError, cache_root
+    from rewardbus.observability.gotools import ToolBuildError
     from rewardbus.observability.jaeger import JaegerConfig, JaegerError, ensure_running
+    from schemas import cache_root
 
     config = JaegerConfig()
     log = cache_root(env) / "jaeger.log"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewardbus.errors import Unavailable
+from schemas import cache_root
 
 __all__ = [
     "JAEGER",
@@ -36,7 +37,6 @@ __all__ = [
     "PROMTOOL",
     "GoTool",
     "ToolBuildError",
-    "cache_root",
     "ensure",
 ]
 
@@ -94,10 +94,6 @@ PROMTOOL = GoTool(
     variant="dns-sd",
 )
 TOOLS = {tool.name: tool for tool in (JAEGER, PROMETHEUS, PROMTOOL)}
-
-
-def cache_root(env: Mapping[str, str]) -> Path:
-    return Path(env.get("REWARDBUS_CACHE") or Path.home() / ".cache" / "rewardbus")
 
 
 def ensure(tool: GoTool, env: Mapping[str, str], *, quiet: bool = False) -> Path:

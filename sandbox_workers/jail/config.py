@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sandbox_workers.pool.config import PoolConfig
 from sandbox_workers.sandbox import BindMount, SandboxFault
+from schemas import cache_root
 
 __all__ = [
     "ALL_LAYERS",
@@ -106,8 +107,7 @@ class LayerStatus:
 
 
 def _default_cache_dir() -> Path:
-    base = os.environ.get("REWARDBUS_CACHE")
-    return Path(base) if base else Path.home() / ".cache" / "rewardbus"
+    return cache_root(os.environ)
 
 
 @dataclass(frozen=True)

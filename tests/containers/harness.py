@@ -8,7 +8,6 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -17,7 +16,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from testcontainers.core.container import DockerContainer
 
-from schemas import KafkaSettings, RewardEvent, decode
+from schemas import KafkaSettings, RewardEvent, cache_root, decode
 
 KAFKA_IMAGE = os.environ.get("REWARDBUS_KAFKA_IMAGE", "rewardbus-kafka:latest")
 # The worker of `make test-images` (four languages), by the tag naming its languages:
@@ -30,8 +29,7 @@ FULL_WORKER_LANGUAGES = (
 FULL_WORKER_IMAGE = os.environ.get(
     "REWARDBUS_FULL_WORKER_IMAGE", "rewardbus-worker:" + "-".join(FULL_WORKER_LANGUAGES)
 )
-_CACHE = Path(os.environ.get("REWARDBUS_CACHE", Path.home() / ".cache" / "rewardbus"))
-SECCOMP_PROFILE = _CACHE / "images" / "seccomp-worker.json"
+SECCOMP_PROFILE = cache_root(os.environ) / "images" / "seccomp-worker.json"
 PARTITIONS = 6
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rewardbus.observability.gotools import JAEGER, cache_root
+from rewardbus.observability.gotools import JAEGER
 from rewardbus.observability.jaeger import JaegerConfig, JaegerProcess
 from rewardbus.observability.jaeger_query import JaegerQuery
+from schemas import cache_root
 from tests.observability.metered import metered, prometheus, prometheus_binary  # noqa: F401 -- fixtures of the metrics tests
 
 

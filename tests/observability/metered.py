@@ -32,11 +32,19 @@ import pytest
 from consumers import ScoredBatches
 from kafkaio import AioClients, ProducerOptions, running
 from producers import RolloutProducer
-from rewardbus.observability.gotools import PROMETHEUS, cache_root
+from rewardbus.observability.gotools import PROMETHEUS
 from rewardbus.observability.prometheus import PrometheusConfig, PrometheusProcess
 from rewardbus.observability.top import scrape
 from rewardbus.topics import await_group_members, ensure_topics
-from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, ScoredBatch, Topics
+from schemas import (
+    BatchManifest,
+    Completion,
+    IoSuite,
+    KafkaSettings,
+    ScoredBatch,
+    Topics,
+    cache_root,
+)
 from tests.support.poll import until_sync
 from tests.support.stages import stop_process
 

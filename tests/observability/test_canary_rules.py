@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rewardbus.canary import CanaryKind, CanaryMetrics, CanaryOutcome, compare
 from rewardbus.canary.golden import Canary
-from rewardbus.observability.gotools import PROMTOOL, cache_root
-from schemas import IoSuite, RewardEvent, Verdict
+from rewardbus.observability.gotools import PROMTOOL
+from schemas import IoSuite, RewardEvent, Verdict, cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "infra" / "prometheus" / "canary.rules.yml"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewardbus.observability.gotools import PROMTOOL, cache_root
+from rewardbus.observability.gotools import PROMTOOL
+from schemas import cache_root
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "infra" / "prometheus"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
