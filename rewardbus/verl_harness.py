@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import verl
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +31,7 @@ from verl import DataProto
 from verl.utils.reward_score import default_compute_score
 
 from rewardbus.tokenizer import build_tokenizer
+from rewardbus.train_demo.rollout import rollout_dataproto, rollout_of
 from rewardbus.verl_parity import ParityCase, ParitySample, verl_data_source
 from schemas import KafkaSettings
 
@@ -39,7 +39,7 @@ __all__ = [
     "GENERATED_CONFIG",
     "RunSingleTimer",
     "parity_dataproto",
-    "rollout_dataproto",
+    "samples_dataproto",
     "verl_config",
     "verl_default_score",
 ]
@@ -81,10 +81,10 @@ def verl_config(
     return config
 
 
-def rollout_dataproto(
+def samples_dataproto(
     samples: Sequence[Mapping[str, Any]], *, response_length: int | None = None
 ) -> DataProto:
-    """A rollout batch as verl's trainer makes it: left-padded prompts, right-padded responses.
+    """A rollout batch as verl's trainer makes it (:func:`rollout_dataproto`'s layout).
 
     Each sample maps ``response``, ``data_source``, ``ground_truth`` and optionally
     ``extra_info`` and ``uid`` (default: pairs of samples share one). Responses are
@@ -92,31 +92,24 @@ def rollout_dataproto(
     longest, plus ``<eos>``) truncates longer ones, as a rollout's length limit does.
     """
     tok = build_tokenizer()
-    eos, pad = tok.eos_token_id, tok.pad_token_id
     encoded = [tok.encode(s["response"], add_special_tokens=False) for s in samples]
     length = response_length or max(len(ids) for ids in encoded) + 1
-    response_ids = [[*ids[: length - 1], eos] for ids in encoded]
     prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
-    prompts = torch.tensor([prompt_ids for _ in samples])
-    responses = torch.tensor([r + [pad] * (length - len(r)) for r in response_ids])
-    response_mask = torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r in response_ids])
-    attention = torch.cat([torch.ones_like(prompts), response_mask], dim=1)
-    batch: DataProto = DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0),
-        },
-        non_tensors={
-            "data_source": _objects(s["data_source"] for s in samples),
-            "reward_model": _objects(
-                {"ground_truth": s["ground_truth"], "style": "rule"} for s in samples
-            ),
+    rollout = rollout_of(
+        [prompt_ids for _ in samples],
+        [[*ids[: length - 1], tok.eos_token_id] for ids in encoded],
+        pad_id=tok.pad_token_id,
+        device=torch.device("cpu"),
+        response_length=length,
+    )
+    batch: DataProto = rollout_dataproto(
+        rollout,
+        {
+            "data_source": [s["data_source"] for s in samples],
+            "reward_model": [{"ground_truth": s["ground_truth"], "style": "rule"} for s in samples],
             # verl's naive manager writes into extra_info: each batch gets its own copies.
-            "extra_info": _objects(copy.deepcopy(dict(s.get("extra_info") or {})) for s in samples),
-            "uid": _objects(s.get("uid", f"g{i // 2}") for i, s in enumerate(samples)),
+            "extra_info": [copy.deepcopy(dict(s.get("extra_info") or {})) for s in samples],
+            "uid": [s.get("uid", f"g{i // 2}") for i, s in enumerate(samples)],
         },
     )
     return batch
@@ -135,7 +128,7 @@ def parity_dataproto(samples: Sequence[ParitySample], *, for_verl: bool) -> Data
         ids = tok.encode(sample.response, add_special_tokens=False)
         if tok.decode(ids, skip_special_tokens=True) != sample.response:
             raise ValueError(f"case {sample.case.case_id}: response does not survive tokenizing")
-    return rollout_dataproto(
+    return samples_dataproto(
         [
             {
                 "response": s.response,
@@ -192,11 +185,3 @@ class RunSingleTimer:
                 self.latencies_ms.append((time.perf_counter() - started) * 1000)
 
         return timed
-
-
-def _objects(values: Any) -> np.ndarray[Any, np.dtype[Any]]:
-    """A numpy object array of these values (verl's non-tensor batch columns)."""
-    items = list(values)
-    array = np.empty(len(items), dtype=object)
-    array[:] = items
-    return array

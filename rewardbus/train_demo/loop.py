@@ -55,8 +55,9 @@ from rewardbus.train_demo.report import (
     summary,
     write_plot,
 )
+from rewardbus.train_demo.rollout import rollout_dataproto
 from rewardbus.train_demo.tasks import Task, task_family
-from rewardbus.train_demo.trainer import Trainer, TrainerSetup, rollout_dataproto
+from rewardbus.train_demo.trainer import Trainer, TrainerSetup
 from rewardbus.train_demo.verl_loss import verl_aggregate, verl_policy_loss
 from schemas import KafkaSettings, ScoredBatch, Topics
 
@@ -375,7 +376,10 @@ async def _step(
     )
     learner = wiring.learner
     learner.learner_version = step
-    learner.hold(batch_id, rollout_dataproto(rollout, samples.sample_ids, samples.group_ids))
+    learner.hold(
+        batch_id,
+        rollout_dataproto(rollout, {"uid": samples.group_ids, "sample_id": samples.sample_ids}),
+    )
     published = time.monotonic()
     await wiring.producer.publish_manifest(samples.manifest)
     await wiring.producer.publish_many(samples.completions)

@@ -12,15 +12,25 @@ continue its samples from the shared key/value cache (:mod:`.policy`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from torch.nn import functional
 
 from rewardbus.train_demo.policy import KVCache, TinyCausalLM, select_rows
 
-__all__ = ["Rollout", "allowed_mask", "left_pad", "response_log_probs", "sample"]
+__all__ = [
+    "Rollout",
+    "allowed_mask",
+    "left_pad",
+    "response_log_probs",
+    "rollout_dataproto",
+    "rollout_of",
+    "sample",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,27 @@ class Rollout:
     position_ids: torch.Tensor
     response_mask: torch.Tensor
     old_log_probs: torch.Tensor
+
+    @classmethod
+    def in_layout(
+        cls,
+        prompts: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        responses: torch.Tensor,
+        response_mask: torch.Tensor,
+        old_log_probs: torch.Tensor,
+    ) -> Rollout:
+        """Prompts and responses with the rest of verl's layout derived from them."""
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        return cls(
+            prompts=prompts,
+            responses=responses,
+            input_ids=torch.cat([prompts, responses], dim=1),
+            attention_mask=attention_mask,
+            position_ids=_positions(attention_mask),
+            response_mask=response_mask,
+            old_log_probs=old_log_probs,
+        )
 
     def response_ids(self) -> list[list[int]]:
         """Each response's tokens (``<eos>`` included), without the padding."""
@@ -63,6 +94,59 @@ def left_pad(
         prompts[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
         mask[row, width - len(ids) :] = 1
     return prompts.to(device), mask.to(device)
+
+
+def rollout_of(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    device: torch.device,
+    response_length: int | None = None,
+) -> Rollout:
+    """Given token ids as a rollout: prompts left-padded, responses right-padded to
+    ``response_length`` (default: the longest). No policy drew them: ``old_log_probs``
+    are 0 (a reward loop never reads them)."""
+    width = response_length or max(len(ids) for ids in response_ids)
+    responses = torch.full((len(response_ids), width), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((len(response_ids), width), dtype=torch.long)
+    for row, ids in enumerate(response_ids):
+        responses[row, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        response_mask[row, : len(ids)] = 1
+    prompts, prompt_mask = left_pad(prompt_ids, pad_id, device)
+    return Rollout.in_layout(
+        prompts,
+        prompt_mask,
+        responses.to(device),
+        response_mask.to(device),
+        torch.zeros(responses.shape, device=device),
+    )
+
+
+def rollout_dataproto(rollout: Rollout, non_tensors: Mapping[str, Sequence[Any]]) -> Any:
+    """The rollout as verl's ``DataProto``: its tensors, and ``non_tensors`` (a value per
+    sample each: ``uid``, ``sample_id``, ``data_source``...) as numpy object columns."""
+    from verl import DataProto  # the verl extra; imported when a batch is built
+
+    return DataProto.from_dict(
+        tensors={
+            "prompts": rollout.prompts,
+            "responses": rollout.responses,
+            "input_ids": rollout.input_ids,
+            "attention_mask": rollout.attention_mask,
+            "position_ids": rollout.position_ids,
+            "response_mask": rollout.response_mask,
+            "old_log_probs": rollout.old_log_probs,
+        },
+        non_tensors={name: _objects(values) for name, values in non_tensors.items()},
+    )
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[Any]]:
+    """A 1-D numpy object array (dicts and lists stay whole values, one per sample)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = list(values)
+    return array
 
 
 def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -127,15 +211,12 @@ def sample(
             break
         step_logits, cache = policy(token[:, None], mask, _positions(mask)[:, -1:], cache)
         logits = step_logits[:, -1, :]
-    responses = torch.stack(tokens, dim=1)
-    return Rollout(
-        prompts=prompts,
-        responses=responses,
-        input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=mask,
-        position_ids=_positions(mask),
-        response_mask=torch.stack(response_mask, dim=1),
-        old_log_probs=torch.stack(log_probs, dim=1),
+    return Rollout.in_layout(
+        prompts,
+        prompt_mask,
+        torch.stack(tokens, dim=1),
+        torch.stack(response_mask, dim=1),
+        torch.stack(log_probs, dim=1),
     )
 
 

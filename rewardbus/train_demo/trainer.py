@@ -1,7 +1,7 @@
 """The learner side of one step: sample a rollout, then update from its scored ``DataProto``.
 
 Holds the policy, its optimiser and the grammar mask on the learner's device. The
-rollout goes out in verl's layout (:func:`rollout_dataproto`); what comes back is
+rollout goes out in verl's layout (:func:`.rollout.rollout_dataproto`); what comes back is
 the ``DataProto`` that :func:`consumers.verl_batch.scored_batch_to_dataproto`
 made of the step's ``ScoredBatch`` (GRPO advantages, response mask with masked
 rows zeroed), and :meth:`Trainer.learn` trains on exactly that.
@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from rewardbus.tokenizer import character_vocab
@@ -32,7 +31,7 @@ from rewardbus.train_demo.policy import PolicyConfig, build_policy
 from rewardbus.train_demo.rollout import Rollout, allowed_mask, sample
 from rewardbus.train_demo.tasks import Task
 
-__all__ = ["Trainer", "TrainerSetup", "rollout_dataproto"]
+__all__ = ["Trainer", "TrainerSetup"]
 
 
 @dataclass(frozen=True)
@@ -136,24 +135,3 @@ class Trainer:
         )
         self._schedule.step()
         return metrics
-
-
-def rollout_dataproto(rollout: Rollout, sample_ids: Sequence[str], uids: Sequence[str]) -> Any:
-    """The rollout as verl's ``DataProto``: prompts, responses, masks, ``uid``, ``sample_id``."""
-    from verl import DataProto
-
-    return DataProto.from_dict(
-        tensors={
-            "prompts": rollout.prompts,
-            "responses": rollout.responses,
-            "input_ids": rollout.input_ids,
-            "attention_mask": rollout.attention_mask,
-            "position_ids": rollout.position_ids,
-            "response_mask": rollout.response_mask,
-            "old_log_probs": rollout.old_log_probs,
-        },
-        non_tensors={
-            "uid": np.array(list(uids), dtype=object),
-            "sample_id": np.array(list(sample_ids), dtype=object),
-        },
-    )

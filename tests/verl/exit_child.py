@@ -27,7 +27,7 @@ from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
 import consumers.verl_reward as verl_reward
 from consumers.verl_tasks import VerlRewardSettings
-from rewardbus.verl_harness import rollout_dataproto, verl_config
+from rewardbus.verl_harness import samples_dataproto, verl_config
 from schemas import KafkaSettings, Topics
 
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -63,7 +63,7 @@ def main(bootstrap: str, prefix: str, tokenizer_dir: Path) -> None:
     )
     for worker in (manager, function):  # both on verl's loop (get_event_loop: the same one)
         (scored,) = worker.loop.run_until_complete(
-            worker.compute_score_batch(rollout_dataproto([SAMPLE]))
+            worker.compute_score_batch(samples_dataproto([SAMPLE]))
         )
         assert scored["reward_score"] == 1.0, scored
     replies.append(manager.loop.run_until_complete(_reply_topic(settings)))

@@ -25,7 +25,7 @@ import consumers.verl_reward as verl_reward
 from consumers.reward_client import RewardClient
 from consumers.verl_tasks import REWARD_EXTRA_KEYS, VerlRewardSettings, task_from_verl
 from rewardbus.topics import ensure_topics
-from rewardbus.verl_harness import rollout_dataproto, verl_config
+from rewardbus.verl_harness import samples_dataproto, verl_config
 from schemas import KafkaSettings, RewardEvent, decode
 from tests.support.poll import until
 from tests.support.reading import read_topic
@@ -60,7 +60,7 @@ async def test_verl_loader_builds_our_manager_and_its_reward_loop_scores_through
         {"data_source": "mbpp", "response": SQUARE, "ground_truth": MBPP_GT},
         {"data_source": "codecontests", "response": "I cannot solve this.", "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
+    outputs = await worker.compute_score_batch(samples_dataproto(samples))
     scores = [round(o["reward_score"], 3) for o in outputs]
     assert scores == [1.0, round(1 / 3, 3), 1.0, round(2 / 3, 3), 0.0]
     infos = [o["reward_extra_info"] for o in outputs]
@@ -80,7 +80,7 @@ async def test_a_grpo_group_publishes_its_suite_once(
         {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": "prompt-1"}
         for r in (SUM, DIFF, SUM, "```python\nprint(3)\n```", SUM, DIFF, SUM, SUM)
     ]
-    outputs = await worker.compute_score_batch(rollout_dataproto(group))
+    outputs = await worker.compute_score_batch(samples_dataproto(group))
     assert [round(o["reward_score"], 2) for o in outputs] == [1, 0.33, 1, 0.33, 1, 0.33, 1, 1]
     client = await verl_reward._clients(worker.reward_manager.settings).get()
     assert client.stats.problems_published == 1
@@ -110,7 +110,7 @@ async def test_custom_reward_function_path_uses_the_same_client(
         {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
         {"data_source": "apps", "response": DIFF, "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
+    outputs = await worker.compute_score_batch(samples_dataproto(samples))
     assert [round(o["reward_score"], 3) for o in outputs] == [1.0, round(1 / 3, 3)]
     assert outputs[0]["reward_extra_info"]["verdict"] == "accepted"
     assert outputs[1]["reward_extra_info"]["passed"] == 1
@@ -129,7 +129,7 @@ async def test_a_reward_that_never_comes_is_flagged_not_raised(
     worker = RewardLoopWorker(_verl_config(verl_tokenizer_dir, kafka, options=options))
     samples = [{"data_source": "apps", "response": SUM, "ground_truth": SUM_GT}] * 3
     started = time.monotonic()
-    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
+    outputs = await worker.compute_score_batch(samples_dataproto(samples))
     assert time.monotonic() - started < 15
     assert [o["reward_score"] for o in outputs] == [-1.0, -1.0, -1.0]
     assert all(o["reward_extra_info"]["timed_out"] for o in outputs)
@@ -146,7 +146,7 @@ async def test_a_ground_truth_that_is_no_suite_is_flagged_and_the_rest_scored(
         {"data_source": "apps", "response": SUM, "ground_truth": "not json at all"},
         {"data_source": "apps", "response": SUM, "ground_truth": SUM_GT},
     ]
-    outputs = await worker.compute_score_batch(rollout_dataproto(samples))
+    outputs = await worker.compute_score_batch(samples_dataproto(samples))
     assert outputs[0]["reward_score"] == 0.0
     assert outputs[0]["reward_extra_info"]["verdict"] == "invalid_input"
     assert outputs[0]["reward_extra_info"]["infra_failure"]
@@ -222,7 +222,7 @@ def test_verl_reward_loop_manager_on_ray_scores_through_rewardbus(
             {"data_source": "apps", "response": r, "ground_truth": SUM_GT, "uid": f"p{i // 3}"}
             for i, r in enumerate([SUM, DIFF, SUM] * 2)
         ]
-        data = rollout_dataproto(samples)
+        data = samples_dataproto(samples)
         result = manager.compute_rm_score(data)
     finally:
         ray.shutdown()

@@ -12,7 +12,7 @@ import verl  # noqa: F401 - the verl extra is required here (make test installs 
 from matplotlib import image
 from matplotlib.colors import to_hex
 
-from rewardbus.tokenizer import EOS_TOKEN, build_tokenizer, character_vocab
+from rewardbus.tokenizer import EOS_TOKEN, PAD_TOKEN, build_tokenizer, character_vocab
 from rewardbus.train_demo.devices import (
     DeviceUnavailable,
     empty_cache,
@@ -32,13 +32,20 @@ from rewardbus.train_demo.report import (
     summary,
     write_plot,
 )
-from rewardbus.train_demo.rollout import allowed_mask, response_log_probs, sample
+from rewardbus.train_demo.rollout import (
+    allowed_mask,
+    response_log_probs,
+    rollout_dataproto,
+    rollout_of,
+    sample,
+)
 from rewardbus.train_demo.tasks import task_family
 from rewardbus.train_demo.verl_loss import verl_aggregate, verl_policy_loss
 
 CPU = torch.device("cpu")
 VOCAB = character_vocab()
 EOS = VOCAB[EOS_TOKEN]
+PAD = VOCAB[PAD_TOKEN]
 GRAMMAR = ExpressionGrammar()
 ALLOWED = allowed_mask(GRAMMAR.allowed_ids(VOCAB, EOS), len(VOCAB), CPU)
 TASKS = task_family()
@@ -263,3 +270,17 @@ def test_summary_and_plot(tmp_path: Path) -> None:
         resumed = [line for line in axes.lines if to_hex(line.get_color()) == to_hex(MARKER_COLOUR)]
         assert [line.get_xdata()[0] for line in resumed] == [5]
         assert "resumed" in [text.get_text() for text in axes.texts]
+
+
+def test_token_ids_become_a_rollout_in_verls_layout_and_one_dataproto() -> None:
+    rollout = rollout_of([[5, 6], [7]], [[1, 2, EOS], [3, EOS]], pad_id=PAD, device=CPU)
+    assert rollout.prompts.tolist() == [[5, 6], [PAD, 7]]  # prompts left-padded
+    assert rollout.responses.tolist() == [[1, 2, EOS], [3, EOS, PAD]]  # responses right-padded
+    assert rollout.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 0]]
+    assert rollout.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 0, 1, 2, 2]]
+    assert rollout.response_ids() == [[1, 2, EOS], [3, EOS]]
+    batch = rollout_dataproto(rollout, {"uid": ["g0", "g0"], "extra": [{"a": [1]}, {"a": [2]}]})
+    assert torch.equal(batch.batch["input_ids"], rollout.input_ids)
+    assert torch.equal(batch.batch["response_mask"], rollout.response_mask)
+    assert list(batch.non_tensor_batch["uid"]) == ["g0", "g0"]
+    assert list(batch.non_tensor_batch["extra"]) == [{"a": [1]}, {"a": [2]}]  # whole values
