@@ -50,8 +50,8 @@ from rewardbus.train_demo.options import TrainDemoOptions
 from rewardbus.train_demo.report import (
     RunFacts,
     print_summary,
-    progress_line,
     say,
+    step_progress,
     summary,
     write_plot,
 )
@@ -316,19 +316,20 @@ async def _train(
         f"({len(tasks)} tasks x {options.group_size}), device {trainer.allowed.device}"
     )
     run.started = run.finished = time.monotonic()
-    for step in range(run.first_step, options.steps):
-        record = await _step(options, trainer, step_tasks, wiring, run=run, step=step)
-        run.records.append(record)
-        run.finished = time.monotonic()
-        alerts = run.monitor.observe(record)
-        counters.record(record, alerts)
-        say(progress_line(record, options.steps))
-        done = step + 1
-        due = done % options.checkpoint_every == 0 or done == options.steps
-        if options.checkpoint_dir is not None and due:
-            await asyncio.to_thread(
-                _checkpoint, options.checkpoint_dir, options, trainer, wiring, run
-            )
+    with step_progress(options.steps, run.first_step) as report:
+        for step in range(run.first_step, options.steps):
+            record = await _step(options, trainer, step_tasks, wiring, run=run, step=step)
+            run.records.append(record)
+            run.finished = time.monotonic()
+            alerts = run.monitor.observe(record)
+            counters.record(record, alerts)
+            report(record)
+            done = step + 1
+            due = done % options.checkpoint_every == 0 or done == options.steps
+            if options.checkpoint_dir is not None and due:
+                await asyncio.to_thread(
+                    _checkpoint, options.checkpoint_dir, options, trainer, wiring, run
+                )
 
 
 def _checkpoint(

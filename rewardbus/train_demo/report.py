@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from rewardbus.observability.percentiles import Percentiles
 from rewardbus.train_demo.monitor import AlertKind, StepRecord
@@ -18,8 +29,9 @@ __all__ = [
     "RunFacts",
     "curve_series",
     "print_summary",
-    "progress_line",
     "resume_markers",
+    "step_line",
+    "step_progress",
     "summary",
     "write_plot",
 ]
@@ -29,17 +41,38 @@ FIRST_AT_MOST = 0.2
 LAST_AT_LEAST = 0.8
 
 
-def progress_line(record: StepRecord, total_steps: int, width: int = 24) -> str:
-    """``[#####.....] step 12/100 reward 0.431 len 3.12 latency 412 ms 311 rewards/s``."""
-    done = record.step + 1
-    filled = width * done // max(1, total_steps)
-    bar = "#" * filled + "." * (width - filled)
+def step_line(record: StepRecord, total_steps: int) -> str:
+    """``step 12/100  reward 0.431  len 3.12  latency 412 ms  311 rewards/s  ...``."""
     return (
-        f"[{bar}] step {done}/{total_steps}  reward {record.reward_mean:.3f}  "
+        f"step {record.step + 1}/{total_steps}  reward {record.reward_mean:.3f}  "
         f"len {record.response_length:.2f}  latency {record.reward_latency_ms:.0f} ms  "
         f"{record.rewards_per_s:.0f} rewards/s  cache {record.cache_hits}/{record.samples}  "
         f"step {record.step_s:.2f} s"
     )
+
+
+@contextlib.contextmanager
+def step_progress(total_steps: int, first_step: int) -> Iterator[Callable[[StepRecord], None]]:
+    """Report each step: its line on stderr, kept as the run's log; on a terminal, a
+    ``rich`` progress bar of the steps stays below the lines."""
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("steps"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+    task = bar.add_task("steps", total=total_steps, completed=first_step)
+
+    def report(record: StepRecord) -> None:
+        say(step_line(record, total_steps))  # above the bar: rich redirects stderr while live
+        bar.update(task, completed=record.step + 1)
+
+    with bar:
+        yield report
 
 
 @dataclass(frozen=True)
