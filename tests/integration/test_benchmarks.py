@@ -65,7 +65,10 @@ def test_bench_pipeline_quick(kafka_bootstrap: str) -> None:
         "scaling_2_over_1",
         "p99_trivial_half_saturation",
         "cache_half_duplicates",
+        "makespan",
     }
+    for run in report["makespan"]["runs"].values():
+        assert sum(run["per_worker"].values()) == run["samples"], run
 
 
 @pytest.mark.timeout(180)
