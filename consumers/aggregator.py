@@ -26,7 +26,7 @@ from consumers.aggregator_metrics import AggregatorMetrics
 from consumers.assembler import BatchAssembler, InvalidMessageError, ReadyBatch, StateChange
 from consumers.config import AggregatorConfig
 from consumers.state_store import StateStore, prepare_topics
-from consumers.tracing import consume_attributes, link_to, traceparent_of
+from consumers.tracing import link_to, traceparent_of
 from kafkaio import (
     AioClients,
     Clients,
@@ -41,7 +41,9 @@ from kafkaio import (
     Record,
     TopicPartition,
     partition_lags,
+    process_attributes,
     running,
+    send_attributes,
 )
 from schemas import (
     CONTENT_TYPE,
@@ -257,7 +259,7 @@ class _Aggregator:
     async def _handle(
         self, record: Record, assembler: BatchAssembler, now: float
     ) -> asyncio.Future[Delivery] | None:
-        attributes = consume_attributes(record, self._config.group_id)
+        attributes = process_attributes(record, self._config.group_id)
         is_manifest = record.topic == self._topics.manifests
         with tracer.start_as_current_span(
             "aggregate manifest" if is_manifest else "aggregate",
@@ -335,9 +337,7 @@ class _Aggregator:
             kind=SpanKind.PRODUCER,
             links=links,
             attributes={
-                "messaging.system": "kafka",
-                "messaging.operation.type": "send",
-                "messaging.destination.name": self._topics.scored,
+                **send_attributes(self._topics.scored),
                 "rewardbus.batch_id": batch.batch_id,
                 "rewardbus.batch.size": len(batch.samples),
                 "rewardbus.batch.missing": len(batch.missing),

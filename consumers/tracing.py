@@ -6,9 +6,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from kafkaio import Record
-
-__all__ = ["consume_attributes", "link_to", "traceparent_of"]
+__all__ = ["link_to", "traceparent_of"]
 
 # W3C explicitly, whatever the global propagator: the value is stored in our own
 # state and read back by our own code.
@@ -26,19 +24,6 @@ def link_to(traceparent: str) -> Link | None:
     """A span link to the span a stored traceparent names (None if it is not valid)."""
     context = trace.get_current_span(_W3C.extract({"traceparent": traceparent})).get_span_context()
     return Link(context) if _valid(context) else None
-
-
-def consume_attributes(record: Record, group_id: str) -> dict[str, str | int]:
-    """Messaging semantic-convention attributes of one consumed record."""
-    return {
-        "messaging.system": "kafka",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": record.topic,
-        "messaging.destination.partition.id": str(record.partition),
-        "messaging.kafka.partition": record.partition,
-        "messaging.kafka.offset": record.offset,
-        "messaging.consumer.group.name": group_id,
-    }
 
 
 def _valid(context: SpanContext) -> bool:

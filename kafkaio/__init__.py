@@ -50,6 +50,12 @@ from kafkaio.protocols import (
     Startable,
 )
 from kafkaio.records import Delivery, Record, TopicPartition
+from kafkaio.spans import (
+    SpanAttributes,
+    completion_attributes,
+    process_attributes,
+    send_attributes,
+)
 from kafkaio.table import CompactedTopicReader, RecordHandler
 from kafkaio.topics import (
     assign_at,
@@ -87,6 +93,7 @@ __all__ = [
     "Record",
     "RecordHandler",
     "SendOptions",
+    "SpanAttributes",
     "Startable",
     "TopicInfo",
     "TopicNotFound",
@@ -94,11 +101,14 @@ __all__ = [
     "TopicSpec",
     "assign_at",
     "assign_from",
+    "completion_attributes",
     "ensure_topic",
     "ensure_topics",
     "partition_lags",
+    "process_attributes",
     "reply_topic_spec",
     "running",
+    "send_attributes",
     "send_with_retries",
     "table_spec",
     "table_specs",

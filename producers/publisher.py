@@ -27,6 +27,8 @@ from kafkaio import (
     Lifecycle,
     Producer,
     ProducerOptions,
+    completion_attributes,
+    send_attributes,
 )
 from producers.errors import PublishError
 from schemas import (
@@ -162,7 +164,7 @@ class RolloutProducer(Lifecycle):
         _refuse_canary_space(manifest.batch_id)
         topic = self._kafka.topics.manifests
         with tracer.start_as_current_span(
-            "publish manifest", kind=SpanKind.PRODUCER, attributes=_attrs(topic)
+            "publish manifest", kind=SpanKind.PRODUCER, attributes=send_attributes(topic)
         ) as span:
             span.set_attribute("rewardbus.batch_id", manifest.batch_id)
             span.set_attribute("rewardbus.batch_size", len(manifest.sample_ids))
@@ -190,10 +192,8 @@ class RolloutProducer(Lifecycle):
         topic = self._kafka.topics.completions
         partition = await self._next_partition(topic, completion)
         attributes = {
-            **_attrs(topic),
-            **_completion_attrs(completion),
-            "messaging.destination.partition.id": str(partition),
-            "messaging.kafka.message.key": completion.sample_id,
+            **send_attributes(topic, partition=partition, key=completion.sample_id),
+            **completion_attributes(completion),
         }
         # The span lasts until the broker's ack (and then names the offset); the
         # context it injects is the parent of everything the sample goes through.
@@ -267,24 +267,3 @@ def _end_publish(
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
     span.end()
-
-
-def _completion_attrs(completion: Completion) -> dict[str, str | int]:
-    attributes: dict[str, str | int] = {
-        "rewardbus.sample_id": completion.sample_id,
-        "rewardbus.batch_id": completion.batch_id,
-        "rewardbus.group_id": completion.group_id,
-        "rewardbus.language": completion.language,
-        "rewardbus.policy_version": completion.policy_version,
-    }
-    if completion.problem_id:
-        attributes["rewardbus.problem_id"] = completion.problem_id
-    return attributes
-
-
-def _attrs(topic: str) -> dict[str, str]:
-    return {
-        "messaging.system": "kafka",
-        "messaging.destination.name": topic,
-        "messaging.operation.type": "send",
-    }

@@ -29,6 +29,9 @@ from kafkaio import (
     Producer,
     Record,
     TopicPartition,
+    completion_attributes,
+    process_attributes,
+    send_attributes,
     send_with_retries,
 )
 from sandbox_workers.attempts import Admission
@@ -94,13 +97,8 @@ class RecordJudge:
 
     async def judge(self, tp: TopicPartition, record: Record) -> None:
         """Judge ``record`` (of ``tp``); return once its rewards or dead letter are acknowledged."""
-        attrs: dict[str, str | int] = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
-            "messaging.destination.name": record.topic,
-            "messaging.destination.partition.id": str(record.partition),
-            "messaging.kafka.offset": record.offset,
-            "messaging.consumer.group.name": self._config.group_id,
+        attrs = {
+            **process_attributes(record, self._config.group_id),
             "rewardbus.worker_id": self._config.worker_id,
         }
         produced = extract_context(record.headers)
@@ -131,7 +129,7 @@ class RecordJudge:
             await self._dead_letter(record, exc.reason, "SchemaError", "decode")
             span.set_status(Status(StatusCode.ERROR, exc.reason))
             return
-        span.set_attributes(_completion_attributes(completion))
+        span.set_attributes(completion_attributes(completion))
         self._metrics.received(completion, queue_ms)
         refused = self._refused(completion)
         if refused is not None:
@@ -222,10 +220,7 @@ class RecordJudge:
 
     async def _emit_reward(self, event: RewardEvent, topic: str) -> None:
         attributes: dict[str, str | int | float] = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "send",
-            "messaging.destination.name": topic,
-            "messaging.kafka.message.key": event.batch_id,
+            **send_attributes(topic, key=event.batch_id),
             "rewardbus.sample_id": event.sample_id,
             "rewardbus.verdict": str(event.verdict),
             "rewardbus.score": event.score,
@@ -318,17 +313,3 @@ def _queue_span(record: Record, produced: Context) -> None:
         },
     )
     span.end(end_time=end)
-
-
-def _completion_attributes(completion: Completion) -> dict[str, str | int]:
-    """What a span of this completion says about it (``rewardbus.*`` attributes)."""
-    attributes: dict[str, str | int] = {
-        "rewardbus.sample_id": completion.sample_id,
-        "rewardbus.batch_id": completion.batch_id,
-        "rewardbus.group_id": completion.group_id,
-        "rewardbus.language": completion.language,
-        "rewardbus.policy_version": completion.policy_version,
-    }
-    if completion.problem_id:
-        attributes["rewardbus.problem_id"] = completion.problem_id
-    return attributes
