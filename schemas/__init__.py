@@ -49,6 +49,17 @@ from schemas.state import (
     encode_state,
     state_key,
 )
+from schemas.tools import (
+    ACCEPTED,
+    REBUILD_REASONS,
+    TOOL_STATUSES,
+    RebuildReason,
+    ToolCall,
+    ToolCell,
+    ToolLimits,
+    ToolResult,
+    ToolStatus,
+)
 from schemas.topics import (
     MAX_RECORD_BYTES,
     REPLICATED,
@@ -62,6 +73,7 @@ from schemas.topics import (
 )
 
 __all__ = [
+    "ACCEPTED",
     "CACHE_ENV",
     "CANARY_BATCH_PREFIX",
     "COMPARE_MODES",
@@ -69,9 +81,11 @@ __all__ = [
     "DEAD_LETTER_ERROR_TYPES",
     "DEAD_LETTER_STAGES",
     "MAX_RECORD_BYTES",
+    "REBUILD_REASONS",
     "REPLICATED",
     "REPLY_TOPIC",
     "SCHEMA_VERSION",
+    "TOOL_STATUSES",
     "TOPIC_TABLE",
     "AggregatorRecord",
     "AssertSuite",
@@ -94,6 +108,7 @@ __all__ = [
     "Limits",
     "Partitioning",
     "ProblemRecord",
+    "RebuildReason",
     "Replication",
     "RewardEvent",
     "RewardbusError",
@@ -103,6 +118,11 @@ __all__ = [
     "ScoredSample",
     "TestOutcome",
     "TestSuite",
+    "ToolCall",
+    "ToolCell",
+    "ToolLimits",
+    "ToolResult",
+    "ToolStatus",
     "TopicRole",
     "TopicSettings",
     "Topics",

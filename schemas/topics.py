@@ -44,6 +44,7 @@ TopicRole = Literal[
     "aggregator_state",
     "result_cache",
     "attempts",
+    "tool_calls",
 ]
 
 
@@ -93,6 +94,10 @@ class Topics:
     def attempts(self) -> str:
         """Compacted: how often each completion record was started (the quarantine ledger)."""
         return f"{self.prefix}rewardbus.attempts"
+
+    @property
+    def tool_calls(self) -> str:
+        return f"{self.prefix}rollouts.tool_calls"
 
     @property
     def replies_prefix(self) -> str:
@@ -223,6 +228,11 @@ TOPIC_TABLE: Mapping[TopicRole, TopicSettings] = MappingProxyType(
             segment_ms=60_000,
             min_cleanable_dirty_ratio=0.1,
             delete_retention_ms=60_000,
+        ),
+        # Keyed by session id: one worker owns a session while its partition stays put.
+        # A call is waited on for seconds; an hour keeps enough to debug with.
+        "tool_calls": TopicSettings(
+            Partitioning.DEPLOYMENT, retention_ms=_HOUR_MS, max_message_bytes=MAX_RECORD_BYTES
         ),
     }
 )

@@ -73,7 +73,7 @@ def test_every_manifest_validates() -> None:
         "Namespace": 1,
         "KafkaNodePool": 1,
         "Kafka": 1,
-        "KafkaTopic": 9,
+        "KafkaTopic": 10,
         "Deployment": 2,
         "ScaledObject": 1,
         "PodDisruptionBudget": 2,

@@ -24,7 +24,7 @@ KAFKA = KafkaSettings("fake:9092", topics=KAFKA_TOPICS)
 def test_every_topic_of_a_deployment_is_in_the_table_once() -> None:
     names = [KAFKA_TOPICS.name(role) for role in TOPIC_TABLE]
     assert names == list(KAFKA_TOPICS.all())
-    assert len(set(names)) == len(names) == 9
+    assert len(set(names)) == len(names) == 10
     assert KAFKA_TOPICS.name("aggregator_state") == KAFKA_TOPICS.aggregator_state
 
 
