@@ -17,7 +17,9 @@
                                   JaegerQueryError
 
 The components' own roots (``KafkaIOError``, ``SandboxWorkerError`` ...) stay theirs;
-``rewardbus.cli`` turns a shell error into its message and exit status, in one place.
+``rewardbus.cli`` turns a shell error into its message and exit status, in one place,
+and the Kafka seam's ``KafkaIOError`` and the publisher's ``PublishError`` (a broker
+that cannot be reached or refuses) into 69, as an ``Unavailable``.
 """
 
 from __future__ import annotations

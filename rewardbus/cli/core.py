@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from kafkaio import KafkaIOError
+from producers import PublishError
 from rewardbus.cli import (
     aggregator,
     broker,
@@ -29,7 +31,7 @@ from rewardbus.cli import (
     train_demo,
     worker,
 )
-from rewardbus.errors import KINDS, ShellError
+from rewardbus.errors import KINDS, ShellError, Unavailable
 
 __all__ = ["DESCRIPTION", "EXIT_STATUSES", "main", "parser"]
 
@@ -105,4 +107,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except ShellError as exc:
         print(f"rewardbus {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (KafkaIOError, PublishError) as exc:
+        # The broker could not be reached or refused: the host cannot do it now, as for
+        # any Unavailable, and the message says which broker call failed.
+        print(f"rewardbus {args.command}: Kafka: {exc}", file=sys.stderr)
+        return Unavailable.exit_code
     return status

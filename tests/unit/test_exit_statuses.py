@@ -75,3 +75,13 @@ def test_a_host_without_the_sandbox_is_unavailable_to_judge(
     assert cli.main(["judge", "-"]) == 69
     err = capsys.readouterr().err
     assert "rewardbus judge: isolation layers unavailable: namespaces: EPERM" in err
+
+
+def test_a_broker_that_cannot_be_reached_is_unavailable_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Port 1 has no broker: the admin client's start fails (connection refused at once).
+    assert cli.main(["topics", "--bootstrap", "127.0.0.1:1"], env={}) == Unavailable.exit_code
+    err = capsys.readouterr().err
+    assert "rewardbus topics: Kafka: admin start failed" in err
+    assert "Traceback" not in err
