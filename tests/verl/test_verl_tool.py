@@ -1,0 +1,316 @@
+"""The code tool through verl's own code: its tool loader and its ToolAgentLoop.
+
+verl's ``initialize_tools_from_config`` builds :class:`RewardbusCodeTool` from the
+example tools YAML; verl's ``ToolAgentLoop`` (instantiated as its
+``AgentLoopWorker`` does, from the ``tool_agent`` registry entry) runs whole
+trajectories against a scripted rollout server: ``generate`` returns fixed token ids
+of hermes ``<tool_call>`` text, so verl's ToolParser, state machine, chat-template
+merging and response assembly run for real. The assertions read what verl
+produced: the decoded response ids and the tool messages of the trajectory.
+
+The tool's backend comes from ONE fixture, ``tool_backend``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytest
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopOutput,
+    DictConfigWrap,
+    ToolListWrap,
+    _agent_loop_registry,
+)
+from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+from verl.tools.base_tool import BaseTool
+from verl.tools.tool_registry import initialize_tools_from_config
+from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.workers.rollout.replica import TokenOutput
+
+import consumers.verl_tool as verl_tool
+from consumers.verl_tool import RewardbusCodeTool
+from kafkaio import KafkaIOError
+from producers import PublishError
+from rewardbus.tokenizer import build_tokenizer
+from rewardbus.verl_harness import GENERATED_CONFIG
+from schemas import KafkaSettings, Topics
+from schemas.tools import ToolResult
+from tests.verl.tool_double import SharedToolClients
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples/verl"
+EXAMPLE_TOOLS_YAML = EXAMPLES / "tools/code_interpreter.yaml"
+
+# A prefix-stable chat template for the character tokenizer (it has none): each
+# message renders on its own, as verl's continuous-token merging needs.
+CHAT_TEMPLATE = (
+    "{%- if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>\n"
+    "{% endif -%}"
+    "{%- for m in messages -%}"
+    "<{{ m.role }}>{{ m.content }}"
+    "{%- for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>"
+    "{%- endfor %}</{{ m.role }}>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+
+
+@pytest.fixture
+async def tool_backend(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[KafkaSettings]:
+    """Where the tool's calls go: the settings its tools YAML gets.
+
+    Today the process's shared tool clients are the test double of
+    ``tests/verl/tool_double.py`` (cells run in local child interpreters). To run on
+    the real broker and workers, yield instead the ``KafkaSettings`` of workers
+    serving ``rollouts.tool_calls`` (as ``verl_sandbox_workers`` does for rewards)
+    and drop the monkeypatch: the tool then makes its real ``SharedToolClients``.
+    """
+    kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix=f"vtool{uuid.uuid4().hex[:8]}."))
+    monkeypatch.setattr(verl_tool, "_make_clients", lambda s: SharedToolClients(s.kafka()))
+    yield kafka
+    for shared in verl_tool._PROCESS_CLIENTS.values():
+        await shared.aclose()
+    verl_tool._PROCESS_CLIENTS.clear()
+
+
+def tools_yaml(directory: Path, kafka: KafkaSettings, **options: Any) -> Path:
+    """The example tools YAML, pointed at ``kafka``, with ``options`` set in its config."""
+    config = OmegaConf.load(EXAMPLE_TOOLS_YAML)
+    tool_config = config.tools[0].config
+    tool_config.bootstrap_servers = kafka.bootstrap_servers
+    tool_config.topic_prefix = kafka.topics.prefix
+    for key, value in options.items():
+        tool_config[key] = value
+    path = directory / "tools.yaml"
+    OmegaConf.save(config, path)
+    return path
+
+
+@pytest.fixture
+def code_tools(tool_backend: KafkaSettings, tmp_path: Path) -> list[BaseTool]:
+    tools: list[BaseTool] = initialize_tools_from_config(
+        tools_yaml(tmp_path, tool_backend, time_s=1, memory_mb=256, max_output_chars=2000)
+    )
+    return tools
+
+
+def call(code: str, **arguments: Any) -> str:
+    """A model turn that calls the tool, in hermes format."""
+    payload = {"name": "code_interpreter", "arguments": {"code": code, **arguments}}
+    return f"Let me run it.\n<tool_call>{json.dumps(payload)}</tool_call>"
+
+
+class ScriptedServer:
+    """verl's rollout server (``server_manager``), answering each turn from a script."""
+
+    def __init__(self, turns: Sequence[str]) -> None:
+        self.tokenizer = build_tokenizer()
+        self.turns = list(turns)
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], **_: Any) -> TokenOutput:
+        self.prompts.append(list(prompt_ids))
+        text = self.turns.pop(0) if self.turns else "No more turns."
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return TokenOutput(token_ids=[*ids, self.tokenizer.eos_token_id], stop_reason="completed")
+
+
+def tool_agent_loop(tools: list[BaseTool], server: ScriptedServer) -> ToolAgentLoop:
+    """verl's ToolAgentLoop, made as AgentLoopWorker._run_agent_loop makes it, without Ray."""
+    config = OmegaConf.load(GENERATED_CONFIG)
+    rollout = config.actor_rollout_ref.rollout
+    rollout.multi_turn.enable = True
+    rollout.multi_turn.format = "hermes"
+    rollout.multi_turn.max_assistant_turns = 8
+    rollout.multi_turn.max_tool_response_length = 4096
+    config.data.max_prompt_length = 1024
+    config.data.max_response_length = 8192
+    tokenizer = server.tokenizer
+    tokenizer.chat_template = CHAT_TEMPLATE
+    loop: ToolAgentLoop = hydra.utils.instantiate(
+        config=_agent_loop_registry["tool_agent"],
+        trainer_config=DictConfigWrap(config=config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap(tools),
+    )
+    return loop
+
+
+async def trajectory(tools: list[BaseTool], turns: Sequence[str]) -> tuple[AgentLoopOutput, str]:
+    """One trajectory through verl's loop: its output and its decoded response."""
+    server = ScriptedServer(turns)
+    loop = tool_agent_loop(tools, server)
+    output = await loop.run({}, raw_prompt=[{"role": "user", "content": "Compute it."}])
+    return output, server.tokenizer.decode(output.response_ids, skip_special_tokens=True)
+
+
+def tool_messages(response: str) -> list[str]:
+    """The tool messages verl put into the trajectory's response tokens."""
+    return re.findall(r"<tool>(.*?)</tool>", response, flags=re.DOTALL)
+
+
+async def test_verl_loads_the_tool_from_the_example_yaml(code_tools: list[BaseTool]) -> None:
+    [tool] = code_tools
+    assert isinstance(tool, RewardbusCodeTool)
+    assert tool.name == "code_interpreter"
+    function = tool.tool_schema.function
+    assert function.parameters.required == ["code"]
+    languages = function.parameters.properties["language"].enum
+    assert languages == ["python", "bash", "javascript", "cpp"]
+    assert tool.settings.limits.time_s == 1
+
+
+async def test_dependent_cells_share_the_trajectorys_session(code_tools: list[BaseTool]) -> None:
+    output, response = await trajectory(
+        code_tools,
+        [
+            call("import math\nx = 6"),
+            call("def f(n):\n    return n * x\ny = f(7)"),
+            call("print(y, math.factorial(4))"),
+            "The answer is 42.",
+        ],
+    )
+    assert tool_messages(response) == ["[no output]", "[no output]", "42 24"]
+    assert response.endswith("The answer is 42.")
+    assert output.num_turns == 8  # the user's, 4 assistant turns, 3 tool turns
+    # The tool messages are context: verl masks them out of the loss.
+    assert 0 in output.response_mask
+    assert output.response_mask[-1] == 1
+
+
+async def test_a_cell_that_raises_shows_its_traceback(code_tools: list[BaseTool]) -> None:
+    _, response = await trajectory(
+        code_tools, [call("a = 1\nprint('before')\nprint(1 / 0)"), call("print(a + 1)"), "Done."]
+    )
+    raised, after = tool_messages(response)
+    assert raised.startswith("before\nTraceback (most recent call last):")
+    assert raised.endswith("ZeroDivisionError: division by zero")
+    assert after == "2"
+
+
+async def test_an_infinite_loop_hits_the_time_limit(code_tools: list[BaseTool]) -> None:
+    _, response = await trajectory(
+        code_tools, [call("print('start', flush=True)\nwhile True:\n    pass"), "It timed out."]
+    )
+    [message] = tool_messages(response)
+    assert message.endswith("[time limit exceeded: 1 s CPU]")
+
+
+async def test_a_memory_hog_hits_the_memory_limit(code_tools: list[BaseTool]) -> None:
+    # Written, not just reserved: a cgroup counts the pages a cell touches.
+    hog = "hog = []\nwhile True:\n    hog.append(b'x' * (16 << 20))"
+    _, response = await trajectory(code_tools, [call(hog), "Too big."])
+    [message] = tool_messages(response)
+    assert message.endswith("[memory limit exceeded: 256 MB]")
+
+
+async def test_two_trajectories_at_once_do_not_share_state(code_tools: list[BaseTool]) -> None:
+    (_, first), (_, second) = await asyncio.gather(
+        trajectory(code_tools, [call("secret = 'A'"), call("print(secret)"), "A is done."]),
+        trajectory(code_tools, [call("print(secret)"), call("secret = 'B'\nprint(secret)"), "B."]),
+    )
+    assert tool_messages(first) == ["[no output]", "A"]
+    leaked, own = tool_messages(second)
+    assert leaked.endswith("NameError: name 'secret' is not defined")
+    assert own == "B"
+
+
+async def test_an_invalid_language_is_told_to_the_model(code_tools: list[BaseTool]) -> None:
+    _, response = await trajectory(code_tools, [call("print(1)", language="cobol"), "Oh."])
+    [message] = tool_messages(response)
+    assert message.startswith("[invalid call: language 'cobol' is not one of")
+
+
+class FailingRunner:
+    """A client whose calls fail as the real one's can (a unit double of the seam)."""
+
+    def __init__(self, failure: BaseException | ToolResult) -> None:
+        self.failure = failure
+        self.ended: list[str] = []
+
+    async def get(self) -> FailingRunner:
+        return self
+
+    async def aclose(self) -> None:
+        pass
+
+    async def run(self, session_id: str, code: str, **_: Any) -> ToolResult:
+        if isinstance(self.failure, BaseException):
+            raise self.failure
+        return self.failure
+
+    async def end(self, session_id: str) -> None:
+        self.ended.append(session_id)
+
+
+def _sandbox_error() -> ToolResult:
+    return ToolResult(call_id="c", session_id="s", seq=1, status="sandbox_error", message="boom")
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [
+        (TimeoutError(), "timeout"),
+        (PublishError("broker down"), "sandbox_error"),
+        (KafkaIOError("no reply topic"), "sandbox_error"),
+        (RuntimeError("a bug"), "sandbox_error"),
+        (_sandbox_error(), "sandbox_error"),
+    ],
+)
+async def test_an_infrastructure_failure_is_text_and_a_flag_never_an_exception(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: BaseException | ToolResult,
+    status: str,
+) -> None:
+    runner = FailingRunner(failure)
+    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
+    kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
+    [tool] = initialize_tools_from_config(tools_yaml(tmp_path, kafka))
+    instance_id, _ = await tool.create()
+    response, reward, metrics = await tool.execute(instance_id, {"code": "print(1)"})
+    await tool.release(instance_id)
+    assert response.text is not None
+    assert response.text.startswith("[tool unavailable:")
+    assert "the code may not have run" in response.text
+    assert reward == 0.0
+    assert metrics["infra_failure"] == 1
+    assert metrics["status"] == status
+    # Without agent_data (not verl's ToolAgentLoop) the session was this call's alone.
+    assert runner.ended == [instance_id]
+
+
+async def test_a_trajectorys_session_ends_when_verl_drops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = ToolResult(call_id="c", session_id="s", seq=1, status="ok", stdout="1\n")
+    runner = FailingRunner(result)
+    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
+    kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
+    tools = initialize_tools_from_config(tools_yaml(tmp_path, kafka))
+    _, response = await trajectory(tools, [call("print(1)"), call("print(1)"), "Done."])
+    assert tool_messages(response) == ["1", "1"]
+    assert runner.ended == []  # release() after each call left the session alone
+    gc.collect()
+    for _ in range(100):
+        if runner.ended:
+            break
+        await asyncio.sleep(0.01)
+    [ended] = runner.ended
+    assert re.fullmatch(r"[0-9a-f]{32}-[0-9a-f]{12}", ended)
