@@ -314,3 +314,26 @@ async def test_a_trajectorys_session_ends_when_verl_drops_it(
         await asyncio.sleep(0.01)
     [ended] = runner.ended
     assert re.fullmatch(r"[0-9a-f]{32}-[0-9a-f]{12}", ended)
+
+
+def test_the_retool_example_sets_only_keys_verl_has() -> None:
+    """Every override of the ReTool script is a key of verl's trainer config (a typo
+    would stop verl at start-up); its tools YAML is the one tested above."""
+    script = (EXAMPLES / "retool/run_retool_rewardbus.sh").read_text()
+    overrides = dict(re.findall(r"^\s+([a-z_.]+)=(\S+) \\$", script, flags=re.MULTILINE))
+    assert overrides["actor_rollout_ref.rollout.multi_turn.enable"] == "True"
+    assert overrides["actor_rollout_ref.rollout.multi_turn.format"] == "hermes"
+    assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == "tool_agent"
+    assert "tool_agent" in _agent_loop_registry
+    assert "TOOLS=${TOOLS:-$HERE/../tools/code_interpreter.yaml}" in script
+    config = OmegaConf.load(GENERATED_CONFIG)
+    unknown = [k for k in overrides if not _has_key(config, k)]
+    assert unknown == []
+    assert len(overrides) > 20
+
+
+def _has_key(config: Any, dotted: str) -> bool:
+    parent, _, leaf = dotted.rpartition(".")
+    node = OmegaConf.select(config, parent)
+    # keys(), not "in node": a DictConfig hides a key whose value is "???" from "in".
+    return node is not None and leaf in node.keys()  # noqa: SIM118
