@@ -234,7 +234,7 @@ def render_result(result: ToolResult, limits: ToolLimits, max_chars: int) -> str
     template = _STATUS_LINES.get(result.status)
     status_line = ""
     if template is not None:
-        message = result.message or "the interpreter exited; state is rebuilt on the next call"
+        message = result.message or "the interpreter exited"
         status_line = template.format(
             time_s=limits.time_s,
             memory_mb=limits.memory_mb,
@@ -245,9 +245,11 @@ def render_result(result: ToolResult, limits: ToolLimits, max_chars: int) -> str
         status_line = f"[output truncated at {limits.output_kb} KB]"
     if not (result.stdout or result.stderr or status_line):
         return "[no output]"
-    stderr_share = max_chars // 2 if result.stderr else 0
-    stdout = _head(result.stdout, max_chars - min(stderr_share, len(result.stderr)))
-    stderr = _tail(result.stderr, max_chars - len(stdout))
+    # stderr gets up to half when both are long; either gets all the room the other leaves.
+    stdout_room = max(0, max_chars - min(len(result.stderr), max_chars // 2))
+    stderr_room = max(0, max_chars - min(len(result.stdout), stdout_room))
+    stdout = _head(result.stdout, stdout_room)
+    stderr = _tail(result.stderr, stderr_room)
     return "\n".join(_lines(part) for part in (stdout, stderr, status_line) if part)
 
 

@@ -38,13 +38,14 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 import consumers.verl_tool as verl_tool
-from consumers.verl_tool import RewardbusCodeTool
+from consumers.verl_tool import RewardbusCodeTool, render_result
 from kafkaio import KafkaIOError
 from producers import PublishError
 from rewardbus.tokenizer import build_tokenizer
 from rewardbus.verl_harness import GENERATED_CONFIG
 from schemas import KafkaSettings, Topics
-from schemas.tools import ToolResult
+from schemas.tools import ToolLimits, ToolResult
+from tests.support.poll import until
 from tests.verl.tool_double import SharedToolClients
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples/verl"
@@ -235,23 +236,26 @@ async def test_an_invalid_language_is_told_to_the_model(code_tools: list[BaseToo
     assert message.startswith("[invalid call: language 'cobol' is not one of")
 
 
-class FailingRunner:
-    """A client whose calls fail as the real one's can (a unit double of the seam)."""
+class ScriptedRunner:
+    """A client that answers every call with one result or exception, and records the
+    calls and ends (a unit double of the seam, for what the backend cannot be made to do)."""
 
-    def __init__(self, failure: BaseException | ToolResult) -> None:
-        self.failure = failure
+    def __init__(self, answer: BaseException | ToolResult) -> None:
+        self.answer = answer
+        self.calls: list[dict[str, Any]] = []
         self.ended: list[str] = []
 
-    async def get(self) -> FailingRunner:
+    async def get(self) -> ScriptedRunner:
         return self
 
     async def aclose(self) -> None:
         pass
 
-    async def run(self, session_id: str, code: str, **_: Any) -> ToolResult:
-        if isinstance(self.failure, BaseException):
-            raise self.failure
-        return self.failure
+    async def run(self, session_id: str, code: str, **options: Any) -> ToolResult:
+        self.calls.append({"session_id": session_id, "code": code, **options})
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
 
     async def end(self, session_id: str) -> None:
         self.ended.append(session_id)
@@ -277,7 +281,7 @@ async def test_an_infrastructure_failure_is_text_and_a_flag_never_an_exception(
     failure: BaseException | ToolResult,
     status: str,
 ) -> None:
-    runner = FailingRunner(failure)
+    runner = ScriptedRunner(failure)
     monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
     monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
     kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
@@ -299,7 +303,7 @@ async def test_a_trajectorys_session_ends_when_verl_drops_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = ToolResult(call_id="c", session_id="s", seq=1, status="ok", stdout="1\n")
-    runner = FailingRunner(result)
+    runner = ScriptedRunner(result)
     monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
     monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
     kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
@@ -308,10 +312,7 @@ async def test_a_trajectorys_session_ends_when_verl_drops_it(
     assert tool_messages(response) == ["1", "1"]
     assert runner.ended == []  # release() after each call left the session alone
     gc.collect()
-    for _ in range(100):
-        if runner.ended:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: runner.ended != [], "the session's end")
     [ended] = runner.ended
     assert re.fullmatch(r"[0-9a-f]{32}-[0-9a-f]{12}", ended)
 
@@ -337,3 +338,73 @@ def _has_key(config: Any, dotted: str) -> bool:
     node = OmegaConf.select(config, parent)
     # keys(), not "in node": a DictConfig hides a key whose value is "???" from "in".
     return node is not None and leaf in node.keys()  # noqa: SIM118
+
+
+def _unit_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: ScriptedRunner) -> BaseTool:
+    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
+    kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
+    [tool] = initialize_tools_from_config(tools_yaml(tmp_path, kafka, time_s=2))
+    return tool
+
+
+async def test_other_languages_run_stateless_with_the_configured_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = ToolResult(call_id="c", session_id="s", seq=1, status="ok", stdout="hi\n")
+    runner = ScriptedRunner(result)
+    tool = _unit_tool(tmp_path, monkeypatch, runner)
+    response, _, metrics = await tool.execute("i", {"code": "echo hi", "language": "BASH"})
+    assert response.text == "hi"
+    assert metrics == {
+        "status": "ok", "exec_ms": 0.0, "queue_ms": 0.0, "rebuilt": 0, "infra_failure": 0
+    }  # fmt: skip
+    [sent] = runner.calls
+    assert sent["language"] == "bash"
+    assert sent["stateless"] is True
+    assert sent["limits"].time_s == 2
+    assert sent["timeout_s"] == 60
+
+
+def _result(status: str, stdout: str = "", stderr: str = "", **fields: Any) -> ToolResult:
+    return ToolResult(
+        call_id="c", session_id="s", seq=1, status=status, stdout=stdout, stderr=stderr, **fields
+    )
+
+
+LIMITS = ToolLimits(time_s=5, memory_mb=512, output_kb=64)
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        (_result("ok"), "[no output]"),
+        (_result("ok", "a\nb\n"), "a\nb"),
+        (
+            _result("error", "x\n", "Traceback ...\nValueError: v\n"),
+            "x\nTraceback ...\nValueError: v",
+        ),
+        (_result("time_limit", "tick\n"), "tick\n[time limit exceeded: 5 s CPU]"),
+        (_result("memory_limit"), "[memory limit exceeded: 512 MB]"),
+        (
+            _result("output_limit", "yyy", truncated=True),
+            "yyy\n[output limit exceeded: output cut at 64 KB]",
+        ),
+        (
+            _result("session_lost", message="the cell called os._exit"),
+            "[session lost: the cell called os._exit]",
+        ),
+        (_result("session_lost"), "[session lost: the interpreter exited]"),
+    ],
+)
+def test_what_the_model_reads(result: ToolResult, text: str) -> None:
+    assert render_result(result, LIMITS, max_chars=100) == text
+
+
+def test_long_output_is_cut_and_the_cut_is_marked() -> None:
+    both = render_result(_result("error", "o" * 300, "e" * 300), LIMITS, max_chars=100)
+    assert both == "o" * 50 + "\n[... 250 characters cut]\n[250 characters cut ...]\n" + "e" * 50
+    only_stdout = render_result(_result("time_limit", "o" * 300), LIMITS, max_chars=100)
+    assert only_stdout == "o" * 100 + "\n[... 200 characters cut]\n[time limit exceeded: 5 s CPU]"
+    short_stdout = render_result(_result("error", "o" * 10, "e" * 300), LIMITS, max_chars=100)
+    assert short_stdout == "o" * 10 + "\n[210 characters cut ...]\n" + "e" * 90
