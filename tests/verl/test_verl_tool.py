@@ -259,6 +259,8 @@ class ScriptedRunner:
 
     async def end(self, session_id: str) -> None:
         self.ended.append(session_id)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
 
 
 def _sandbox_error() -> ToolResult:
