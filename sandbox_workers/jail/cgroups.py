@@ -198,6 +198,10 @@ class CgroupSlot(ABC):
         """Counters since :meth:`start_measuring`."""
 
     @abstractmethod
+    def memory_bytes(self) -> int | None:
+        """Memory charged to the slot now (None without a memory controller)."""
+
+    @abstractmethod
     def pids(self) -> set[int]:
         """Processes in the slot."""
 
@@ -324,6 +328,11 @@ class V1Slot(CgroupSlot):
             oom = events.get("oom_kill", 0) > self._oom_before
         return CgroupStats(cpu_ms=cpu_ms, peak_memory_kb=peak_kb, oom_killed=oom)
 
+    def memory_bytes(self) -> int | None:
+        if "memory" not in self._dirs:
+            return None
+        return _read_int(self._dirs["memory"] / "memory.usage_in_bytes", self._files)
+
     def pids(self) -> set[int]:
         return {pid for procs in self.procs_files for pid in _pids_in(procs, self._files)}
 
@@ -439,6 +448,11 @@ class V2Slot(CgroupSlot):
             peak_memory_kb=None if peak is None else max(peak - self._baseline, 0) // 1024,
             oom_killed=events.get("oom_kill", 0) > self._oom_before,
         )
+
+    def memory_bytes(self) -> int | None:
+        if "memory" not in self._controllers:
+            return None
+        return _read_int(self.path / "memory.current", self._files)
 
     def pids(self) -> set[int]:
         return set(_pids_in(self.path / "cgroup.procs", self._files))

@@ -32,6 +32,11 @@ fresh as a new jail's program (see ``run_session`` in ``rbjail.c``). Its results
 are read as a cold execution's are. Interpreters with a warm pool get no
 session: a zygote's fork per test is cheaper than an interpreter's exec.
 
+A live session (:meth:`JailSandbox.start_session`, for the tool service's
+:class:`~sandbox_workers.tools.SessionFactory`) is a cold jail whose program is a
+Python interpreter that serves cells until it is closed, keeping its namespace
+and files; it holds its slot all that time (:mod:`.live`).
+
 This module is the sequence; its parts live beside it: the slots
 (:mod:`.slots`), the launcher's options (:mod:`.options`), the warm pool wired
 to the jail (:mod:`.zygotes`) and the result (:mod:`.results`).
@@ -45,10 +50,19 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox_workers.jail.cgroups import CgroupLimits, CgroupSlot
 from sandbox_workers.jail.config import IsolationUnavailable, JailConfig, LayerStatus
 from sandbox_workers.jail.detect import probe_host
+from sandbox_workers.jail.live import (
+    JailLiveSession,
+    SessionSpec,
+    cpu_rate,
+    interpreter,
+    server_source,
+    session_environment,
+)
 from sandbox_workers.jail.options import LauncherOptions, cpu_ms, wall_cap_ms, wall_ms
 from sandbox_workers.jail.process import Launch, SessionRun, monotonic_ms
 from sandbox_workers.jail.results import exec_result
@@ -56,7 +70,14 @@ from sandbox_workers.jail.slots import Slot, SlotPool
 from sandbox_workers.jail.workdir import collect_files, validate_name, write_files
 from sandbox_workers.jail.zygotes import execution_spec, warm_pool
 from sandbox_workers.pool import PooledCommand, PoolStats, WarmPool
-from sandbox_workers.sandbox import ExecRequest, ExecResult, ProgramSession, SandboxFault
+from sandbox_workers.sandbox import (
+    BindMount,
+    ExecRequest,
+    ExecResult,
+    ProgramSession,
+    SandboxFault,
+)
+from sandbox_workers.tools.session import LiveSession, SessionFactory, SessionLimits
 
 __all__ = ["JailSandbox"]
 
@@ -112,7 +133,8 @@ class JailSandbox:
         self._closed = False
         # Sessions need init to be pid 1 of a pid namespace over a root of its own.
         self._sessions = self._on("namespaces") and self._on("mounts")
-        held: set[Slot] = set()
+        # Slots of live or starting zygotes and of live sessions: close() takes them down.
+        self._held = held = set[Slot]()
         self._pool = warm_pool(config, self._options, self._slots, host.binaries, held)
         # A sandbox nobody closed still stops its zygotes and removes its cgroups
         # when collected or at exit.
@@ -155,6 +177,59 @@ class JailSandbox:
             return None
         _validate(request)
         return _Session(self, request)
+
+    async def start_session(self, limits: SessionLimits) -> JailLiveSession:
+        """A live Python session in a jail of its own (a :class:`SessionFactory`).
+
+        The session's interpreter is the Python language's (the worker's base
+        installation, read-only); its jail gets every layer an execution gets,
+        with ``limits`` for its cgroups and /work and its lifetime as the jail's
+        own CPU-time limit and wall-clock backstop. See :mod:`.live`.
+        Raises SandboxFault when it cannot start (or this host cannot serve
+        sessions: they need the namespaces and mounts layers).
+        """
+        if self._closed:
+            raise SandboxFault("the jail sandbox is closed")
+        if not self._sessions:
+            raise SandboxFault("live sessions need the namespaces and mounts layers")
+        request = self._session_request(limits)
+        slot = self._slots.acquire(self._limits(request))
+        self._held.add(slot)
+        spec = SessionSpec(
+            slot=slot,
+            options=self._options.for_request(request, None, slot.cgroup),
+            release=self._release_held,
+            cpu_rate=cpu_rate(self._config.cpu_cores if self._on("cgroup_cpu") else None),
+            setup_timeout_s=self._config.setup_timeout_s,
+            kill_grace_s=self._config.kill_grace_s,
+        )
+        return await JailLiveSession.start(spec)
+
+    def _session_request(self, limits: SessionLimits) -> ExecRequest:
+        if min(limits.memory_mb, limits.max_processes, limits.workdir_mb) <= 0:
+            raise ValueError("a session's memory, processes and work dir must be positive")
+        if limits.lifetime_s <= 0:
+            raise ValueError("a session's lifetime must be positive")
+        python, prefix = interpreter()
+        # -S -B as the Python language runs programs; -u: output reaches the
+        # captured fds as it is written.
+        return ExecRequest(
+            argv=(python, "-S", "-B", "-u", "-c", server_source()),
+            env=session_environment(),
+            time_s=limits.lifetime_s,
+            wall_s=limits.lifetime_s,
+            wall_cap_s=limits.lifetime_s,
+            memory_mb=limits.memory_mb,
+            max_processes=limits.max_processes,
+            workdir_mb=limits.workdir_mb,
+            extra_mounts=(BindMount(host=prefix, target=str(prefix)),),
+        )
+
+    def _release_held(self, slot: Slot, finished: bool) -> None:
+        # A slot the sandbox's close() already took down is not given back.
+        if slot in self._held:
+            self._held.discard(slot)
+            self._slots.release(slot, finished=finished)
 
     async def warm(self, request: ExecRequest, count: int | None = None) -> int:
         """Start zygotes for requests like ``request`` now (default: the pre-warm count).
@@ -380,7 +455,7 @@ class _Session:
 def _close_all(pool: WarmPool[CgroupSlot] | None, held: set[Slot], slots: SlotPool) -> None:
     if pool is not None:
         pool.close()
-    for slot in list(held):  # zygotes still starting when the sandbox closed
+    for slot in list(held):  # zygotes still starting and live sessions when the sandbox closed
         slots.discard(slot)
     held.clear()
     slots.close()
@@ -399,3 +474,12 @@ def _validate(request: ExecRequest) -> None:
     for mount in request.extra_mounts:
         if not mount.target.startswith("/"):
             raise ValueError(f"bind mount target must be absolute: {mount.target!r}")
+
+
+if TYPE_CHECKING:  # mypy checks that the jail fills the tool service's seam
+
+    def _a_session_factory(sandbox: JailSandbox) -> SessionFactory:
+        return sandbox
+
+    def _a_live_session(session: JailLiveSession) -> LiveSession:
+        return session

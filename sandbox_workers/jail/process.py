@@ -36,7 +36,7 @@ from pathlib import Path
 from sandbox_workers.pool.slot import SupervisorSpawner
 from sandbox_workers.sandbox import SandboxFault
 
-__all__ = ["JailReport", "Launch", "SessionRun", "Spawner", "monotonic_ms"]
+__all__ = ["InteractiveLaunch", "JailReport", "Launch", "SessionRun", "Spawner", "monotonic_ms"]
 
 _CHUNK = 1 << 16
 _RESET_SIGNALS = (
@@ -395,11 +395,14 @@ class Launch(_Captured):
         self._run: SessionRun | None = None
         self._status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._status.setblocking(False)
-        stdio, self._stdout, self._stderr, self._stdin = _stdio_pipes(
-            self._loop, stdin, output_cap, lambda: self.stop("output")
-        )
+        stdio, self._stdout, self._stderr, self._stdin = self._stdio(stdin, output_cap)
         self._child_fds = [*stdio, theirs.detach()]
         self._loop.add_reader(self._status.fileno(), self._drain_status)
+
+    def _stdio(
+        self, stdin: bytes, output_cap: int
+    ) -> tuple[list[int], _Capture, _Capture, _Feeder | None]:
+        return _stdio_pipes(self._loop, stdin, output_cap, lambda: self.stop("output"))
 
     async def start(self, spawner: SupervisorSpawner, options: Sequence[str]) -> None:
         """Have ``spawner`` fork this execution's supervisor."""
@@ -584,3 +587,99 @@ class Launch(_Captured):
                 self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
+
+
+# ---------------------------------------------------------------------- interactive
+
+
+class _Channel(_Capture):
+    """A pipe read as it comes: each chunk goes to ``on_data`` (``b""`` at EOF), none kept."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, on_data: Callable[[bytes], None]
+    ) -> None:
+        self._on_data = on_data
+        super().__init__(loop, fd, 0, lambda: None)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+        self._on_data(data)
+
+
+class InteractiveLaunch(Launch):
+    """A launch whose program talks with the worker for as long as it lives.
+
+    Its stdin is a pipe the worker keeps open and writes requests to
+    (:meth:`send`); its stdout is read as it comes and handed to ``on_data``
+    (``b""`` at EOF), which must bound what it keeps; its stderr (the launcher's
+    and the program's own faults) is captured up to ``stderr_cap``. The jail is
+    built, limited and taken down as a :class:`Launch`'s.
+    """
+
+    def __init__(self, on_data: Callable[[bytes], None], stderr_cap: int) -> None:
+        self._on_data = on_data
+        self._requests = -1
+        super().__init__(b"", stderr_cap)
+
+    def _stdio(
+        self, stdin: bytes, output_cap: int
+    ) -> tuple[list[int], _Capture, _Capture, _Feeder | None]:
+        del stdin
+        in_r, self._requests = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        os.set_blocking(self._requests, False)
+        channel = _Channel(self._loop, out_r, self._on_data)
+        stderr = _Capture(self._loop, err_r, output_cap, lambda: None)
+        return [in_r, out_w, err_w], channel, stderr, None
+
+    @property
+    def pid(self) -> int | None:
+        """The supervisor's host pid (None before it started or once it is reaped)."""
+        if self._pidfd < 0:
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/self/fdinfo/{self._pidfd}").read_text().splitlines():
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+        return None
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` on the program's stdin (waiting while the pipe is full).
+
+        Raises SandboxFault when the program is gone (the pipe is closed).
+        """
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._requests, view) :]
+            except BlockingIOError:
+                await self._writable()
+            except (OSError, ValueError) as exc:
+                raise SandboxFault(f"the jailed program is gone: {exc}") from exc
+
+    async def _writable(self) -> None:
+        if self._requests < 0:
+            raise SandboxFault("the jailed program's stdin is closed")
+        writable: asyncio.Future[None] = self._loop.create_future()
+        self._loop.add_writer(self._requests, writable.set_result, None)
+        try:
+            await writable
+        finally:
+            self._loop.remove_writer(self._requests)
+
+    def close(self) -> None:
+        """Also close the program's stdin: it reads EOF."""
+        if self._requests >= 0:
+            self._loop.remove_writer(self._requests)
+            os.close(self._requests)
+            self._requests = -1
+        super().close()
