@@ -146,11 +146,14 @@ async def test_a_sleeping_cell_meets_the_wall_clock_backstop(jail: JailSandbox) 
     assert 1.0 <= took < 5.0, took  # DEFAULT_BACKSTOP: max(2 x 0.2 s, 0.2 s + 1 s)
 
 
-async def test_a_memory_hog_hits_the_memory_limit(jail: JailSandbox) -> None:
+@pytest.mark.parametrize(
+    "hog", ["while True: keep.append(bytearray(1 << 20))", "keep.append(bytearray(2 << 30))"]
+)
+async def test_a_memory_hog_hits_the_memory_limit(jail: JailSandbox, hog: str) -> None:
     live = await jail.start_session(LIMITS)
     try:
         await ok(live, "keep = []")
-        result = await cell(live, "while True: keep.append(bytearray(1 << 20))", time_s=10.0)
+        result = await cell(live, hog, time_s=10.0)
     finally:
         await live.aclose()
     assert (result.status, result.alive) == ("memory_limit", False), result
@@ -161,6 +164,11 @@ async def test_output_past_the_cap_is_cut_and_the_session_lives(session: JailLiv
     assert (result.status, result.truncated, result.alive) == ("output_limit", True, True)
     assert len(result.stdout) == CAP and result.stdout.startswith(b"0\n1\n2\n")
     assert await ok(session, "print(x)") == "done\n"
+
+
+async def test_a_cell_larger_than_a_pipe_is_sent_whole(session: JailLiveSession) -> None:
+    big = "x = '" + "a" * (1 << 20) + "'\nprint(len(x))"
+    assert await ok(session, big) == f"{1 << 20}\n"
 
 
 @pytest.mark.parametrize(
