@@ -165,6 +165,7 @@ class JailLiveSession:
         self._ended: str | None = None  # why the session ended (the worker's reason)
         self._released = False
         self._busy = False
+        self._program: int | None = None  # the interpreter's host pid, once it is up
 
     # ------------------------------------------------------------------ start
 
@@ -197,6 +198,7 @@ class JailLiveSession:
             frame = None
         if frame is None or frame.status != _OK:
             raise launch.fault() if launch.error else SandboxFault(self._failure())
+        self._program = _program_pid(launch.pid)
 
     def _failure(self) -> str:
         tail = self._launch.stderr[-500:].decode(errors="replace").strip()
@@ -266,9 +268,9 @@ class JailLiveSession:
             self._end("forged")
             return await self._finish_lost(None, 0.0, 0.0)
         result = self._wait()
-        cpu_before, started = self._cpu_ms(), monotonic_ms()
-        limit_ms = time_s * 1000
-        watch = _CellWatch(self, cpu_before, limit_ms, DEFAULT_BACKSTOP.wall_s(time_s))
+        started = monotonic_ms()
+        watch = _CellWatch(self, time_s)
+        cpu_before = watch.cpu_before
         try:
             await self._launch.send(request_frame(self._seq, output_bytes, code))
             frame = await result
@@ -360,38 +362,62 @@ class JailLiveSession:
             return None
         return self._cgroup.stats().cpu_ms
 
-    def _check_cpu(self, watch: _CellWatch) -> None:
-        used = self._cpu_ms()
-        if used is None or watch.cpu_before is None:
-            return
-        left = watch.limit_ms - (used - watch.cpu_before)
-        if left <= _CPU_SLACK_MS:
-            self._end("time_limit")
-        else:
-            watch.arm_cpu(left / self._spec.cpu_rate / 1000)
+    def _waited_ms(self) -> float | None:
+        """How long the interpreter has waited for a CPU (its schedstat run delay)."""
+        if self._program is None:
+            return None
+        try:
+            return int(Path(f"/proc/{self._program}/schedstat").read_text().split()[1]) / 1e6
+        except (OSError, ValueError, IndexError):
+            return None
 
 
 class _CellWatch:
-    """The timers of one cell: its CPU-time limit and its wall-clock backstop."""
+    """The limits of one cell on timers: its CPU time and the wall-clock backstop.
 
-    def __init__(
-        self, session: JailLiveSession, cpu_before: float | None, limit_ms: float, wall_s: float
-    ) -> None:
+    The CPU check wakes when the limit could first be reached (the slot runs at
+    most ``cpu_rate`` CPUs at once). The backstop is :data:`DEFAULT_BACKSTOP`'s,
+    moved back by the time the interpreter waited for a CPU (its schedstat run
+    delay) up to the backstop's cap, as the jail's init does for an execution.
+    Without a CPU counter (degraded) the limit itself is wall time.
+    """
+
+    def __init__(self, session: JailLiveSession, time_s: float) -> None:
         self._session = session
         self._loop = asyncio.get_running_loop()
-        self.cpu_before = cpu_before
-        self.limit_ms = limit_ms
+        self._started = self._loop.time()
+        self.cpu_before = session._cpu_ms()
+        self._waited_before = session._waited_ms()
+        self._limit_ms = time_s * 1000
+        self._rate = session._spec.cpu_rate
         self._cpu: asyncio.TimerHandle | None = None
-        if cpu_before is None:
-            wall_s = limit_ms / 1000  # no CPU counter (degraded): the limit is wall time
+        if self.cpu_before is None:
+            self._backstop_s = self._cap_s = time_s
         else:
-            self.arm_cpu(limit_ms / session._spec.cpu_rate / 1000)
-        self._wall = self._loop.call_later(wall_s, session._end, "time_limit")
+            self._backstop_s = DEFAULT_BACKSTOP.wall_s(time_s)
+            self._cap_s = DEFAULT_BACKSTOP.cap_s(time_s)
+            self._cpu = self._loop.call_later(self._limit_ms / self._rate / 1000, self._check_cpu)
+        self._wall = self._loop.call_later(self._backstop_s, self._check_wall)
 
-    def arm_cpu(self, delay_s: float) -> None:
-        # The cell cannot have used its limit before this: the slot runs at most
-        # cpu_rate CPUs at once.
-        self._cpu = self._loop.call_later(delay_s, self._session._check_cpu, self)
+    def _check_cpu(self) -> None:
+        used = self._session._cpu_ms()
+        if used is None or self.cpu_before is None:
+            return
+        left_ms = self._limit_ms - (used - self.cpu_before)
+        if left_ms <= _CPU_SLACK_MS:
+            self._session._end("time_limit")
+        else:
+            self._cpu = self._loop.call_later(left_ms / self._rate / 1000, self._check_cpu)
+
+    def _check_wall(self) -> None:
+        waited, before = self._session._waited_ms(), self._waited_before
+        credit_s = 0.0 if waited is None or before is None else max(waited - before, 0) / 1000
+        deadline = min(self._backstop_s + credit_s, self._cap_s)
+        left_s = deadline - (self._loop.time() - self._started)
+        if left_s <= _CPU_SLACK_MS / 1000:
+            self._session._end("time_limit")
+        else:
+            self._wall = self._loop.call_later(left_s, self._check_wall)
 
     def cancel(self) -> None:
         if self._cpu is not None:
@@ -401,6 +427,23 @@ class _CellWatch:
 
 def _cut(data: bytes, cap: int) -> tuple[bytes, bool]:
     return (data[:cap], True) if len(data) > cap else (data, False)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in listed.split()]
+
+
+def _program_pid(supervisor: int | None) -> int | None:
+    """The jail's program: the only child of its init, the supervisor's only child."""
+    pid = supervisor
+    for _ in range(2):
+        children = _children(pid) if pid is not None else []
+        pid = children[0] if len(children) == 1 else None
+    return pid
 
 
 def _tree(pid: int) -> list[int]:
