@@ -7,10 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rewardbus.errors import Unavailable
-from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox
+from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox, SandboxFault
 from sandbox_workers.jail import IsolationUnavailable, PoolConfig
+from sandbox_workers.tools import LiveSession, SessionFactory, SessionLimits
 
-__all__ = ["SandboxOptions", "SandboxUnavailable", "build_executor", "start_executor"]
+__all__ = [
+    "NoLiveSessions",
+    "SandboxOptions",
+    "SandboxUnavailable",
+    "build_executor",
+    "build_tool_sessions",
+    "start_executor",
+]
 
 
 @dataclass(frozen=True)
@@ -62,3 +70,22 @@ async def start_executor(
     ``build`` is the factory (tests pass a fake one).
     """
     return await asyncio.to_thread(build, options)
+
+
+class NoLiveSessions:
+    """A session factory that has none to give: every stateful tool call is a sandbox_error.
+
+    Stands in until the jail's live sessions (``JailSandbox.start_session``) are
+    connected in :func:`build_tool_sessions`; stateless tool calls work without it.
+    """
+
+    async def start_session(self, limits: SessionLimits) -> LiveSession:
+        """Refuse, as a fault of the sandbox (the caller sees sandbox_error, not a crash)."""
+        raise SandboxFault("this worker has no live tool sessions (the jail's are not wired in)")
+
+
+def build_tool_sessions(options: SandboxOptions) -> SessionFactory:
+    """Where the worker's live tool sessions come from: the one place the jail's
+    ``JailSandbox.start_session`` is connected (issue 20)."""
+    del options  # the jail's session factory will be built from them
+    return NoLiveSessions()

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from kafkaio import (
     Consumer,
@@ -32,16 +32,25 @@ from kafkaio import (
     partition_lags,
 )
 from sandbox_workers.errors import SandboxWorkerError
-from sandbox_workers.metrics import WorkerMetrics
 from sandbox_workers.offsets import OffsetTracker
 from sandbox_workers.worker_config import WorkerConfig, WorkerStats
 
-__all__ = ["WorkerLoop"]
+__all__ = ["LoopMetrics", "WorkerLoop"]
 
 log = logging.getLogger(__name__)
 
 # Judges one record of a partition; returns once its outcome is acknowledged.
 Judge = Callable[[TopicPartition, Record], Awaitable[None]]
+
+
+class LoopMetrics(Protocol):
+    """What the loop reports (the completion worker's metrics, or the tool service's)."""
+
+    lags: Mapping[TopicPartition, int]
+
+    def completion(self) -> None:
+        """A record is done."""
+        ...
 
 
 class WorkerLoop:
@@ -59,7 +68,7 @@ class WorkerLoop:
         judge: Judge,
         assigned: Callable[[], Awaitable[None]],
         stats: WorkerStats,
-        metrics: WorkerMetrics,
+        metrics: LoopMetrics,
     ) -> None:
         self._config = config
         self._consumer = consumer

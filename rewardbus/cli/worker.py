@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from rewardbus import __version__
@@ -52,14 +52,29 @@ def add_parser(sub: Subcommands) -> None:
         metavar="N",
         help="result cache budget in MiB (0 disables the cache; default 256)",
     )
+    worker.add_argument(
+        "--max-tool-sessions",
+        type=int,
+        default=500,
+        metavar="N",
+        help="live tool sessions this worker holds (least recently used evicted first)",
+    )
+    worker.add_argument(
+        "--tool-concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="tool-call cells run at once (calls of one session always run one at a time)",
+    )
     add_metrics_flags(worker)
     worker.set_defaults(run=run)
 
 
 async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Judge until stopped; prints its ready line once it is in its group."""
-    from rewardbus.wiring import SandboxOptions, start_executor
+    from rewardbus.wiring import SandboxOptions, build_tool_sessions, start_executor
     from sandbox_workers.service import WorkerConfig, run_worker
+    from sandbox_workers.tools.service import ToolConfig, run_tool_service
     from sandbox_workers.watchdog import watching_the_loop
 
     kafka = required_kafka(args, env, "rewardbus-worker")
@@ -72,30 +87,63 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         runtime_version=f"rewardbus-{__version__}",
         **_optional(args),
     )
-    executor = await start_executor(
-        SandboxOptions(
-            strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
-        )
+    if args.max_tool_sessions < 1 or args.tool_concurrency < 1:
+        raise UsageError("--max-tool-sessions and --tool-concurrency must be positive")
+    tools = ToolConfig(max_sessions=args.max_tool_sessions, concurrency=args.tool_concurrency)
+    options = SandboxOptions(
+        strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
     )
+    executor = await start_executor(options)
+    sessions = build_tool_sessions(options)
     metered = telemetry("rewardbus-worker", args, env)
-    ready = asyncio.Event()
+    ready, tools_ready = asyncio.Event(), asyncio.Event()
     if args.stop_timeout_s <= 0:
         raise UsageError("--stop-timeout-s must be positive")
     shutdown = shutdown_future(args.stop_timeout_s)
 
     async def announce() -> None:
         await ready.wait()
+        await tools_ready.wait()
         # The demo (and operators' scripts) wait for this line.
         print(ready_line(f"rewardbus worker {config.worker_id}", metered), flush=True)
 
     announcer = asyncio.create_task(announce())
     try:
         async with watching_the_loop(args.loop_stall_s):
-            await run_worker(kafka, config, executor, shutdown=shutdown, ready=ready)
+            # The tool service answers tool calls beside the completion worker, in a
+            # consumer group of its own.
+            await _side_by_side(
+                run_worker(kafka, config, executor, shutdown=shutdown, ready=ready),
+                run_tool_service(
+                    kafka,
+                    config,
+                    tools,
+                    factory=sessions,
+                    runner=executor,
+                    shutdown=shutdown,
+                    ready=tools_ready,
+                ),
+            )
     finally:
         announcer.cancel()
         metered.shutdown()
     return 0
+
+
+async def _side_by_side(*services: Coroutine[Any, Any, object]) -> None:
+    """Run ``services`` until each returns; the first that raises cancels the others (each
+    drains and leaves on the way out) and its error is raised as it is, for the exit status."""
+    tasks = [asyncio.ensure_future(service) for service in services]
+    try:
+        done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = next((t for t in done if not t.cancelled() and t.exception() is not None), None)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if failed is not None:
+        failed.result()  # raises its error
 
 
 def _optional(args: argparse.Namespace) -> dict[str, Any]:
