@@ -1,4 +1,4 @@
-"""The trainer-side publisher: completions, batch manifests and shared test suites.
+"""The trainer-side publisher: completions, batch manifests, shared test suites and tool calls.
 
 It is the one publisher of completions and problems: the learner-side reward
 client (``consumers.reward_client``, for verl and the judge canaries) publishes
@@ -38,6 +38,7 @@ from schemas import (
     Completion,
     KafkaSettings,
     ProblemRecord,
+    ToolCall,
     encode,
     inject_context,
     is_canary_batch,
@@ -67,7 +68,8 @@ class ProducerConfig:
 
 
 class RolloutProducer(Lifecycle):
-    """Publishes completions (key ``sample_id``), manifests (key ``batch_id``) and problems.
+    """Publishes completions (key ``sample_id``), manifests (key ``batch_id``), problems
+    and tool calls (key ``session_id``).
 
     Each completion starts the sample's trace (or joins the caller's current span):
     the ``publish completion`` span's context travels in the record headers to the
@@ -185,6 +187,33 @@ class RolloutProducer(Lifecycle):
                 key=problem.problem_id.encode(),
                 headers=[CONTENT_TYPE],
             )
+
+    async def publish_tool_call(self, call: ToolCall) -> None:
+        """Publish one tool call (key ``session_id``: a session's calls reach one worker,
+        in order) and wait until the broker has it.
+
+        The ``publish tool call`` span joins the caller's current span (a trajectory's)
+        and is the parent of the worker's ``tool call`` span.
+        """
+        topic = self._kafka.topics.tool_calls
+        attributes = {
+            **send_attributes(topic, key=call.session_id),
+            "rewardbus.session_id": call.session_id,
+            "rewardbus.seq": call.seq,
+            "rewardbus.language": call.language,
+        }
+        with tracer.start_as_current_span(
+            "publish tool call", kind=SpanKind.PRODUCER, attributes=attributes
+        ) as span:
+            with _published():
+                delivery = await self._client.send_and_wait(
+                    topic,
+                    encode(call),
+                    key=call.session_id.encode(),
+                    headers=inject_context([CONTENT_TYPE]),
+                )
+            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
+            span.set_attribute("messaging.kafka.offset", delivery.offset)
 
     async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
         if completion.reply_topic is None:  # its reward goes to the aggregator
