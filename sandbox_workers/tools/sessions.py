@@ -73,6 +73,9 @@ class SessionTable:
         self.max_sessions = max_sessions
         self._max_tombstones = max_tombstones or max(1024, 4 * max_sessions)
         self._held: OrderedDict[str, Held] = OrderedDict()  # least recently used first
+        # What sessions() returns: replaced whole on each change, so a metrics scrape in
+        # another thread never iterates the table while the loop changes it.
+        self._snapshot: tuple[Held, ...] = ()
         self._tombstones: OrderedDict[str, RebuildReason] = OrderedDict()
         self._deadlines: list[tuple[float, int, str]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -87,9 +90,9 @@ class SessionTable:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._held
 
-    def sessions(self) -> list[Held]:
-        """The held sessions now (a copy: safe to read from a metrics thread)."""
-        return list(self._held.values())
+    def sessions(self) -> tuple[Held, ...]:
+        """The held sessions (safe to read from a metrics thread)."""
+        return self._snapshot
 
     def get(self, session_id: str) -> Held | None:
         """The held session, or None."""
@@ -105,6 +108,7 @@ class SessionTable:
         self.remove(held.session_id, "")
         self._tombstones.pop(held.session_id, None)
         self._held[held.session_id] = held
+        self._snapshot = tuple(self._held.values())
         self._evict_beyond_bound(keep=held)
         self._push_deadline(held)
 
@@ -125,6 +129,7 @@ class SessionTable:
         held = self._held.pop(session_id, None)
         if held is None:
             return
+        self._snapshot = tuple(self._held.values())
         if reason:
             self._tombstones[session_id] = reason
             self._tombstones.move_to_end(session_id)

@@ -5,6 +5,8 @@
     reading.py   read a topic: everything on it now, or until enough has arrived; end offsets
     metrics.py   what an OpenTelemetry meter counted
     otlp.py      an OTLP/HTTP receiver in a thread: what a service exports
+    tool_sessions.py  test doubles of live tool sessions (exec in a dict; an unjailed
+                 interpreter per session): never shipped, never isolated
 
 The broker is the session's ``kafka_bootstrap`` fixture (tests/conftest.py); stages as
 separate processes, as deployed, are :mod:`rewardbus.local`'s ``worker_pool``.
