@@ -56,7 +56,7 @@ from schemas import (
     unpack_programs,
 )
 
-__all__ = ["RecordJudge", "RewardUndeliverable", "error_type_of"]
+__all__ = ["RecordJudge", "RewardUndeliverable", "error_type_of", "queue_span"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -102,7 +102,7 @@ class RecordJudge:
             "rewardbus.worker_id": self._config.worker_id,
         }
         produced = extract_context(record.headers)
-        _queue_span(record, produced)
+        queue_span(record, produced)
         with tracer.start_as_current_span(
             "judge completion", context=produced, kind=SpanKind.CONSUMER, attributes=attrs
         ) as span:
@@ -294,11 +294,11 @@ def _oversized(completion: Completion, limit: int) -> str | None:
     return None
 
 
-def _queue_span(record: Record, produced: Context) -> None:
+def queue_span(record: Record, produced: Context) -> None:
     """The time the record waited (its produce timestamp until judging starts), as a span.
 
-    A sibling of "judge completion" under the producer's span, not its child: it
-    ends where judging begins, and a child may not start before its parent.
+    A sibling of "judge completion" (or "tool call") under the producer's span, not
+    its child: it ends where judging begins, and a child may not start before its parent.
     """
     end = time.time_ns()
     start = min(end, record.timestamp_ms * 1_000_000)

@@ -187,7 +187,9 @@ class ToolCalls:
 
     async def _cell(self, call: ToolCall, held: Held) -> ToolResult:
         try:
-            ran = await self._exec(held, call.code, call.limits)
+            with tracer.start_as_current_span("run cell") as span:
+                ran = await self._exec(held, call.code, call.limits)
+                span.set_attribute("rewardbus.tool.cell_status", ran.status)
         except SandboxFault as exc:
             log.warning("tool session %s failed: %s", call.session_id, exc)
             self.table.remove(call.session_id, "ended")

@@ -47,6 +47,7 @@ from kafkaio import (
     wait_for_topics,
 )
 from sandbox_workers.judgement import CompletionRunner
+from sandbox_workers.record_judge import queue_span
 from sandbox_workers.tools.calls import ToolCalls
 from sandbox_workers.tools.metrics import ToolMetrics
 from sandbox_workers.tools.session import SessionFactory
@@ -133,9 +134,11 @@ class ToolService:
             **process_attributes(record, self._group_id),
             "rewardbus.worker_id": self._worker.worker_id,
         }
+        produced = extract_context(record.headers)
+        queue_span(record, produced)
         with tracer.start_as_current_span(
             "tool call",
-            context=extract_context(record.headers),
+            context=produced,
             kind=SpanKind.CONSUMER,
             attributes=attributes,
         ) as span:

@@ -292,3 +292,9 @@ async def test_each_call_is_a_span_in_the_callers_trace_with_its_replay(
     parent = next(s for s in calls if s.context.span_id == replay.parent.span_id)  # type: ignore[union-attr]
     assert parent.attributes["rewardbus.tool.rebuilt"] is True  # type: ignore[index]
     assert parent.attributes["rewardbus.session_id"] == "a"  # type: ignore[index]
+    cell = next(
+        s for s in spans if s.name == "run cell" and s.parent.span_id == parent.context.span_id
+    )  # type: ignore[union-attr]
+    assert cell.start_time >= replay.end_time  # type: ignore[operator]
+    waits = [s for s in spans if s.name == "queue wait" and s.context.trace_id == trace_id]
+    assert len(waits) == len(calls)  # one per record

@@ -70,14 +70,18 @@ def broker(kafka: KafkaSettings) -> FakeBroker:
 
 @asynccontextmanager
 async def _service(
-    broker: FakeBroker, kafka: KafkaSettings, sessions: _HeldSessions, max_sessions: int = 10
+    broker: FakeBroker,
+    kafka: KafkaSettings,
+    sessions: _HeldSessions,
+    max_sessions: int = 10,
+    worker_id: str = "w0",
 ) -> AsyncIterator[None]:
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     ready = asyncio.Event()
     task = asyncio.create_task(
         run_tool_service(
             kafka,
-            WorkerConfig(group_id="g", worker_id="w0", commit_interval_s=0.0),
+            WorkerConfig(group_id="g", worker_id=worker_id, commit_interval_s=0.0),
             ToolConfig(max_sessions=max_sessions),
             factory=sessions,
             runner=_NoPrograms(),
@@ -165,3 +169,24 @@ async def test_a_call_naming_a_foreign_reply_topic_is_dead_lettered(
     assert sorted(letter.error_type for letter in letters) == ["InvalidReplyTopic", "SchemaError"]
     assert ok.stdout == "2\n"
     assert not broker.records("unit.rollouts.rewards")
+
+
+async def test_sessions_of_partitions_that_move_are_closed_and_rebuilt_by_their_new_owner(
+    broker: FakeBroker, kafka: KafkaSettings
+) -> None:
+    first, second = _HeldSessions(), _HeldSessions()
+    names = [f"s{n}" for n in range(8)]
+    async with _service(broker, kafka, first), _client(broker, kafka) as client:
+        for name in names:
+            assert (await client.run(name, f"me = {name!r}")).worker_id == "w0"
+        async with _service(broker, kafka, second, worker_id="w1"):
+            await broker.rebalance("g.tools")
+            results = {name: await client.run(name, "print(me)") for name in names}
+            closed = {s.namespace["me"] for s in first.started if s.closed}
+    moved = {name for name, result in results.items() if result.worker_id == "w1"}
+    assert moved and moved != set(names)  # two partitions, two members: one each
+    for name, result in results.items():
+        assert result.stdout == f"{name}\n"
+        assert result.rebuilt == (name in moved)
+        assert result.rebuild_reason == ("not_held" if name in moved else "")
+    assert closed == moved
