@@ -1,5 +1,9 @@
 """The worker's loop: fetch completion records, hand each to the judge, commit what is done.
 
+The tool service (:mod:`sandbox_workers.tools.service`) runs tool-call records
+through the same loop, its handler in the judge's place and its own metrics
+(:class:`LoopMetrics`).
+
 It holds at most ``in_flight_limit`` records at a time (with the limit reached it
 pauses its partitions until one finishes), commits at most once per
 ``commit_interval_s``, and samples its consumer lag for the metrics. An input

@@ -298,3 +298,36 @@ async def test_each_call_is_a_span_in_the_callers_trace_with_its_replay(
     assert cell.start_time >= replay.end_time  # type: ignore[operator]
     waits = [s for s in spans if s.name == "queue wait" and s.context.trace_id == trace_id]
     assert len(waits) == len(calls)  # one per record
+
+
+async def test_rewardbus_worker_serves_tool_calls_beside_completions(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    await ensure_topics(kafka, partitions=2)
+    argv = [
+        sys.executable, "-m", "rewardbus", "worker",
+        "--bootstrap-servers", kafka.bootstrap_servers,
+        "--topic-prefix", kafka.topics.prefix,
+        "--group-id", f"{kafka.topics.prefix}workers",
+        "--worker-id", "cli", "--result-cache-mb", "0",
+        "--max-tool-sessions", "3", "--tool-concurrency", "2",
+    ]  # fmt: skip
+    log = tmp_path / "cli.log"
+    with log.open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=err
+        )
+    worker = _Worker("cli", proc, log)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=120)
+        assert b"ready" in line, log.read_text(errors="replace")[-3000:]
+        async with _client(kafka) as client:
+            result = await client.run("s", "console.log('from the worker')", language="js")
+        assert (result.status, result.stdout, result.worker_id) == (
+            "ok",
+            "from the worker\n",
+            "cli",
+        ), result
+    finally:
+        assert await worker.stop() == 0, log.read_text(errors="replace")[-3000:]
