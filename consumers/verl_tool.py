@@ -42,7 +42,7 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,8 @@ from opentelemetry import metrics
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from consumers.replies import process_clients
+from consumers.tool_client import SharedToolClients, ToolClientConfig
 from consumers.verl_tasks import ENV_BOOTSTRAP, ENV_TOPIC_PREFIX
 from kafkaio import KafkaIOError
 from producers import PublishError
@@ -188,11 +190,6 @@ class SharedRunners(Protocol):
 
 
 def _make_clients(settings: ToolSettings) -> SharedRunners:
-    from consumers.tool_client import (  # type: ignore[import-not-found, unused-ignore]
-        SharedToolClients,
-        ToolClientConfig,
-    )
-
     config = ToolClientConfig(
         name="rewardbus-verl-tool", timeout_s=settings.timeout_s, limits=settings.limits
     )
@@ -200,19 +197,16 @@ def _make_clients(settings: ToolSettings) -> SharedRunners:
     return shared
 
 
-# Process-wide, by design (as consumers.reward_client's): verl builds the tools once
-# per agent-loop worker, and every tool with the same settings shares one client.
-_PROCESS_CLIENTS: dict[Hashable, SharedRunners] = {}
-
-
 def shared_clients(
     settings: ToolSettings, make: Callable[[ToolSettings], SharedRunners] | None = None
 ) -> SharedRunners:
-    """This process's clients for ``settings``, made (by ``make``) the first time."""
-    shared = _PROCESS_CLIENTS.get(settings)
-    if shared is None:
-        shared = _PROCESS_CLIENTS[settings] = (make or _make_clients)(settings)
-    return shared
+    """This process's clients for ``settings``, made (by ``make``) the first time.
+
+    Process-wide, by design (as the reward manager's, in the same registry,
+    :func:`consumers.replies.process_clients`): verl builds the tools once per
+    agent-loop worker, and every tool with the same settings shares one client.
+    """
+    return process_clients(("verl-tool", settings), lambda: (make or _make_clients)(settings))
 
 
 _STATUS_LINES: Mapping[str, str] = {

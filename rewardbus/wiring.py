@@ -75,17 +75,18 @@ async def start_executor(
 class NoLiveSessions:
     """A session factory that has none to give: every stateful tool call is a sandbox_error.
 
-    Stands in until the jail's live sessions (``JailSandbox.start_session``) are
-    connected in :func:`build_tool_sessions`; stateless tool calls work without it.
+    What a worker whose executor does not run on the jail (a test's fake one) gets;
+    stateless tool calls work without it.
     """
 
     async def start_session(self, limits: SessionLimits) -> LiveSession:
         """Refuse, as a fault of the sandbox (the caller sees sandbox_error, not a crash)."""
-        raise SandboxFault("this worker has no live tool sessions (the jail's are not wired in)")
+        raise SandboxFault("this worker has no live tool sessions (its sandbox is not the jail)")
 
 
-def build_tool_sessions(options: SandboxOptions) -> SessionFactory:
-    """Where the worker's live tool sessions come from: the one place the jail's
-    ``JailSandbox.start_session`` is connected (issue 20)."""
-    del options  # the jail's session factory will be built from them
-    return NoLiveSessions()
+def build_tool_sessions(executor: Executor) -> SessionFactory:
+    """Where the worker's live tool sessions come from: the jail the executor runs on
+    (``JailSandbox.start_session``), so sessions and executions share its slots, its
+    layers and its closing."""
+    sandbox = executor.sandbox
+    return sandbox if isinstance(sandbox, JailSandbox) else NoLiveSessions()

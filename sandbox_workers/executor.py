@@ -141,6 +141,11 @@ class Executor:
             TestCodeCache(config.test_code_cache_bytes) if config.test_code_cache_bytes else None
         )
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox every execution runs in (the worker's tool sessions share it)."""
+        return self._sandbox
+
     async def aclose(self) -> None:
         """Release the sandbox (its warm zygotes and cgroups); no execution may be running."""
         await self._sandbox.aclose()

@@ -61,7 +61,8 @@ class WorkerLoop:
     """Fetch, backpressure, commit cadence and lag sampling around a ``judge``.
 
     ``assigned`` is awaited on each assignment, before any record of the new
-    partitions is judged.
+    partitions is judged. ``logger`` names the service in what the loop logs (its
+    assignments, drains, failures): this module's for the completion worker.
     """
 
     def __init__(
@@ -73,7 +74,9 @@ class WorkerLoop:
         assigned: Callable[[], Awaitable[None]],
         stats: WorkerStats,
         metrics: LoopMetrics,
+        logger: logging.Logger = log,
     ) -> None:
+        self._log = logger
         self._config = config
         self._consumer = consumer
         self._judge = judge
@@ -117,7 +120,7 @@ class WorkerLoop:
         return self._failure
 
     async def _assigned(self, assigned: frozenset[TopicPartition]) -> None:
-        log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
+        self._log.info("assigned %s", sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
         await self._on_assigned()
 
     def _stop(self) -> None:
@@ -136,7 +139,7 @@ class WorkerLoop:
         try:
             await self._consumer.stop()  # leaves the group so partitions move at once
         except KafkaIOError:
-            log.exception("consumer stop failed")
+            self._log.exception("consumer stop failed")
 
     async def drain(self, partitions: frozenset[TopicPartition] | None) -> None:
         """Wait for in-flight records (of ``partitions``, or all), then commit."""
@@ -150,7 +153,7 @@ class WorkerLoop:
             for task in late:  # their offsets stay uncommitted: another member redoes them
                 task.cancel()
             if late:
-                log.warning("drain deadline passed: %d executions cancelled", len(late))
+                self._log.warning("drain deadline passed: %d executions cancelled", len(late))
                 await asyncio.gather(*late, return_exceptions=True)
         await self.commit()
         if partitions is not None:
@@ -224,9 +227,9 @@ class WorkerLoop:
         # that the group redelivers it instead of anyone dead-lettering good input.
         where = f"{tp.topic}:{tp.partition}@{offset}" if tp is not None else "a record"
         if isinstance(exc, SandboxWorkerError) and exc.retriable:
-            log.error("%s: %s persists; stopping, the record will be redelivered", where, exc)
+            self._log.error("%s: %s persists; stopping, the record will be redelivered", where, exc)
         else:
-            log.error(
+            self._log.error(
                 "%s: judging failed; stopping, the record will be redelivered", where, exc_info=exc
             )
         self._fail(exc)
@@ -241,6 +244,6 @@ class WorkerLoop:
         try:
             await self._consumer.commit(offsets)
         except KafkaIOError as exc:  # a rebalance raced us; the new owner redoes the rest
-            log.warning("commit failed: %s", exc.reason)
+            self._log.warning("commit failed: %s", exc.reason)
             return
         self._tracker.mark_committed(offsets)

@@ -94,7 +94,7 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         strict=not args.no_strict, worker_id=config.worker_id, concurrency=config.concurrency
     )
     executor = await start_executor(options)
-    sessions = build_tool_sessions(options)
+    sessions = build_tool_sessions(executor)
     metered = telemetry("rewardbus-worker", args, env)
     ready, tools_ready = asyncio.Event(), asyncio.Event()
     if args.stop_timeout_s <= 0:

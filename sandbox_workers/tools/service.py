@@ -304,6 +304,7 @@ async def run_tool_service(
                 assigned=assigned,
                 stats=stats,
                 metrics=metrics,
+                logger=log,  # its assignments and drains, told apart from the completion loop's
             )
             try:
                 failure = await loop.run(kafka.topics.tool_calls, shutdown, ready)

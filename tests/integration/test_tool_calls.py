@@ -1,10 +1,8 @@
 """Tool calls end to end: the tool client, the real broker, real worker processes.
 
 Workers are ``tests/integration/tool_worker.py`` (the tool service as ``rewardbus
-worker`` runs it); their live sessions come from the factory named by ``SESSIONS``
-(``process``: an unjailed interpreter per session, a test stand-in; ``jail``: the
-worker's own, ``rewardbus.wiring.build_tool_sessions``, once the jail's sessions are
-connected there). Stateless calls run through the real jailed executor.
+worker`` runs it): live sessions in the jail (``rewardbus.wiring.build_tool_sessions``),
+stateless calls through the jailed executor.
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ from tests.support.tool_sessions import DictSessions
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-# Switch to "jail" once JailSandbox.start_session is wired into build_tool_sessions.
-SESSIONS = os.environ.get("REWARDBUS_TEST_TOOL_SESSIONS", "process")
 # A worker killed -9 is noticed at its session timeout (6 s), then the group rebalances.
 FAILOVER_TIMEOUT_S = 90.0
 
@@ -62,7 +58,7 @@ async def _start_worker(
     argv = [
         sys.executable, str(REPO / "tests" / "integration" / "tool_worker.py"),
         kafka.bootstrap_servers, kafka.topics.prefix, f"{kafka.topics.prefix}workers",
-        worker_id, str(max_sessions), SESSIONS,
+        worker_id, str(max_sessions),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("ab") as err:

@@ -1,15 +1,11 @@
 """A real worker's tool service in a process of its own, for the tool-call integration tests.
 
 The tool service as ``rewardbus worker`` runs it (``run_tool_service``, the real broker,
-the strict jail's executor for stateless calls), with its live sessions from a
-factory the test names:
-
-- ``process``: :class:`tests.support.tool_sessions.ProcessSessions`, an unjailed
-  interpreter per session (a test stand-in, never shipped);
-- ``jail``: what ``rewardbus worker`` uses (``rewardbus.wiring.build_tool_sessions``).
+the strict jail's executor for stateless calls, the jail's live sessions from
+``rewardbus.wiring.build_tool_sessions``), without the completion loop beside it.
 
 It prints ``ready`` once it is in its group. Usage:
-``python tests/integration/tool_worker.py BOOTSTRAP PREFIX GROUP WORKER_ID MAX_SESSIONS KIND``.
+``python tests/integration/tool_worker.py BOOTSTRAP PREFIX GROUP WORKER_ID MAX_SESSIONS``.
 """
 
 from __future__ import annotations
@@ -17,30 +13,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from pathlib import Path
 
 from rewardbus.wiring import SandboxOptions, build_executor, build_tool_sessions
 from sandbox_workers.service import WorkerConfig
-from sandbox_workers.tools import SessionFactory
 from sandbox_workers.tools.service import ToolConfig, run_tool_service
 from schemas import KafkaSettings, Topics
 
-# Run as a script: the repository's tests/ is no package here (another distribution's
-# `tests` may shadow it), so the stand-in sessions are imported from their folder.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from tool_sessions import ProcessSessions
-
-
-def _sessions(kind: str, options: SandboxOptions) -> SessionFactory:
-    if kind == "process":
-        return ProcessSessions()
-    if kind == "jail":
-        return build_tool_sessions(options)
-    raise SystemExit(f"unknown session kind {kind!r}")
-
 
 async def _serve(
-    bootstrap: str, prefix: str, group: str, worker_id: str, max_sessions: str, kind: str
+    bootstrap: str, prefix: str, group: str, worker_id: str, max_sessions: str
 ) -> None:
     kafka = KafkaSettings(bootstrap, topics=Topics(prefix=prefix), client_id=worker_id)
     options = SandboxOptions(strict=True, worker_id=worker_id)
@@ -60,7 +41,7 @@ async def _serve(
             kafka,
             WorkerConfig(group_id=group, worker_id=worker_id),
             ToolConfig(max_sessions=int(max_sessions), concurrency=2),
-            factory=_sessions(kind, options),
+            factory=build_tool_sessions(executor),
             runner=executor,
             shutdown=stop,
             ready=ready,
@@ -71,4 +52,4 @@ async def _serve(
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(*sys.argv[1:7]))
+    asyncio.run(_serve(*sys.argv[1:6]))

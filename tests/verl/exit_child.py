@@ -41,7 +41,7 @@ async def _reply_topic(settings: VerlRewardSettings) -> str:
 
 def main(bootstrap: str, prefix: str, tokenizer_dir: Path) -> None:
     logging.basicConfig(level=logging.WARNING)  # asyncio's "Unclosed ..." errors reach stderr
-    logging.getLogger("consumers.reward_client").setLevel(logging.INFO)  # its topic deletions
+    logging.getLogger("consumers.replies").setLevel(logging.INFO)  # reply topic deletions
     kafka = KafkaSettings(bootstrap, topics=Topics(prefix=prefix), client_id="exit-child")
     options = {"bootstrap_servers": bootstrap, "topic_prefix": prefix}
     settings = VerlRewardSettings.from_options(options, {})

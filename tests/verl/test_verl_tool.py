@@ -8,7 +8,10 @@ of hermes ``<tool_call>`` text, so verl's ToolParser, state machine, chat-templa
 merging and response assembly run for real. The assertions read what verl
 produced: the decoded response ids and the tool messages of the trajectory.
 
-The tool's backend comes from ONE fixture, ``tool_backend``.
+The tool's backend is ONE fixture, ``tool_backend``: two real ``rewardbus worker``
+processes on the real broker (sessions in the jail). Tests of infrastructure failures
+and of what the model reads for each status give the tool a scripted client instead,
+since real workers cannot be made to fail on demand.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import asyncio
 import gc
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,9 @@ from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
+import consumers.replies as replies
 import consumers.verl_tool as verl_tool
+from consumers.tool_client import SharedToolClients
 from consumers.verl_tool import RewardbusCodeTool, render_result
 from kafkaio import KafkaIOError
 from producers import PublishError
@@ -46,7 +50,6 @@ from rewardbus.verl_harness import GENERATED_CONFIG
 from schemas import KafkaSettings, Topics
 from schemas.tools import ToolLimits, ToolResult
 from tests.support.poll import until
-from tests.verl.tool_double import SharedToolClients
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples/verl"
 EXAMPLE_TOOLS_YAML = EXAMPLES / "tools/code_interpreter.yaml"
@@ -66,21 +69,15 @@ CHAT_TEMPLATE = (
 
 
 @pytest.fixture
-async def tool_backend(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[KafkaSettings]:
-    """Where the tool's calls go: the settings its tools YAML gets.
-
-    Today the process's shared tool clients are the test double of
-    ``tests/verl/tool_double.py`` (cells run in local child interpreters). To run on
-    the real broker and workers, yield instead the ``KafkaSettings`` of workers
-    serving ``rollouts.tool_calls`` (as ``verl_sandbox_workers`` does for rewards)
-    and drop the monkeypatch: the tool then makes its real ``SharedToolClients``.
-    """
-    kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix=f"vtool{uuid.uuid4().hex[:8]}."))
-    monkeypatch.setattr(verl_tool, "_make_clients", lambda s: SharedToolClients(s.kafka()))
-    yield kafka
-    for shared in verl_tool._PROCESS_CLIENTS.values():
-        await shared.aclose()
-    verl_tool._PROCESS_CLIENTS.clear()
+async def tool_backend(verl_sandbox_workers: KafkaSettings) -> AsyncIterator[KafkaSettings]:
+    """Where the tool's calls go: the settings its tools YAML gets, those of two real
+    ``rewardbus worker`` processes on the real broker (they serve tool calls beside
+    completions, sessions in the jail). The tool makes its real shared client."""
+    yield verl_sandbox_workers
+    for shared in list(replies._PROCESS_CLIENTS.values()):
+        if isinstance(shared, SharedToolClients):
+            await shared.aclose()
+    replies._PROCESS_CLIENTS.clear()
 
 
 def tools_yaml(directory: Path, kafka: KafkaSettings, **options: Any) -> Path:
@@ -284,7 +281,7 @@ async def test_an_infrastructure_failure_is_text_and_a_flag_never_an_exception(
     status: str,
 ) -> None:
     runner = ScriptedRunner(failure)
-    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(replies, "_PROCESS_CLIENTS", {})
     monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
     kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
     [tool] = initialize_tools_from_config(tools_yaml(tmp_path, kafka))
@@ -306,7 +303,7 @@ async def test_a_trajectorys_session_ends_when_verl_drops_it(
 ) -> None:
     result = ToolResult(call_id="c", session_id="s", seq=1, status="ok", stdout="1\n")
     runner = ScriptedRunner(result)
-    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(replies, "_PROCESS_CLIENTS", {})
     monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
     kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
     tools = initialize_tools_from_config(tools_yaml(tmp_path, kafka))
@@ -343,7 +340,7 @@ def _has_key(config: Any, dotted: str) -> bool:
 
 
 def _unit_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: ScriptedRunner) -> BaseTool:
-    monkeypatch.setattr(verl_tool, "_PROCESS_CLIENTS", {})
+    monkeypatch.setattr(replies, "_PROCESS_CLIENTS", {})
     monkeypatch.setattr(verl_tool, "_make_clients", lambda _: runner)
     kafka = KafkaSettings("127.0.0.1:9", topics=Topics(prefix="unit."))
     [tool] = initialize_tools_from_config(tools_yaml(tmp_path, kafka, time_s=2))
