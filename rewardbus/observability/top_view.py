@@ -40,6 +40,13 @@ WORKER_LAG = "rewardbus_worker_consumer_lag"
 AGGREGATOR_LAG = "rewardbus_aggregator_consumer_lag"
 BATCHES = "rewardbus_aggregator_batches_total"
 REWARD_MEAN = "rewardbus_aggregator_reward_mean"
+TOOL_CALLS = "rewardbus_tools_calls_total"
+TOOL_EXEC = "rewardbus_tools_execution_milliseconds_bucket"
+TOOL_SESSIONS = "rewardbus_tools_sessions"
+TOOL_MEMORY = "rewardbus_tools_session_memory_bytes"
+TOOL_REBUILDS = "rewardbus_tools_rebuilds_total"
+TOOL_EVICTIONS = "rewardbus_tools_evictions_total"
+TOOL_LAG = "rewardbus_tools_consumer_lag"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,21 @@ class WorkerRow:
     utilisation: float
 
 
+@dataclass(frozen=True, slots=True)
+class ToolsRow:
+    """The tool service of every worker together (multi-turn tool calls)."""
+
+    calls_per_s: float | None
+    calls_total: float
+    exec_p50_ms: float | None
+    exec_p99_ms: float | None
+    statuses: Mapping[str, float]
+    sessions: float
+    session_memory_mb: float
+    rebuilds: Mapping[str, float]
+    evictions: float
+
+
 @dataclass(frozen=True)
 class Frame:
     """Everything one screen shows."""
@@ -80,6 +102,7 @@ class Frame:
     reward_mean: float | None
     sources: Sequence[str] = field(default_factory=tuple)
     errors: Sequence[str] = field(default_factory=tuple)
+    tools: ToolsRow | None = None  # None: no worker reports a tool service
 
 
 def _sum(series: Iterable[Series], name: str, **match: str) -> float:
@@ -148,7 +171,7 @@ def build_frame(
     def rate(name: str) -> float | None:
         return _rate(_sum(after, name), None if prior is None else _sum(prior, name), window_s)
 
-    p50, p99, windowed = _latency(prior, after)
+    p50, p99, windowed = _latency(prior, after, LATENCY)
     rewards = _sum(after, REWARDS)
     return Frame(
         window_s=window_s,
@@ -165,15 +188,36 @@ def build_frame(
         reward_mean=_mean_of(after, REWARD_MEAN),
         sources=tuple(sources),
         errors=tuple(errors),
+        tools=_tools(prior, after, window_s),
+    )
+
+
+def _tools(
+    before: Sequence[Series] | None, after: Sequence[Series], window_s: float | None
+) -> ToolsRow | None:
+    if not any(s.name == TOOL_SESSIONS for s in after):
+        return None
+    total = _sum(after, TOOL_CALLS)
+    p50, p99, _ = _latency(before, after, TOOL_EXEC)
+    return ToolsRow(
+        calls_per_s=_rate(total, None if before is None else _sum(before, TOOL_CALLS), window_s),
+        calls_total=total,
+        exec_p50_ms=p50,
+        exec_p99_ms=p99,
+        statuses=_by(after, TOOL_CALLS, "status"),
+        sessions=_sum(after, TOOL_SESSIONS),
+        session_memory_mb=_sum(after, TOOL_MEMORY) / (1 << 20),
+        rebuilds=_by(after, TOOL_REBUILDS, "reason"),
+        evictions=_sum(after, TOOL_EVICTIONS),
     )
 
 
 def _latency(
-    before: Sequence[Series] | None, after: Sequence[Series]
+    before: Sequence[Series] | None, after: Sequence[Series], name: str
 ) -> tuple[float | None, float | None, bool]:
-    now = _buckets(after, LATENCY)
+    now = _buckets(after, name)
     if before is not None:
-        then = _buckets(before, LATENCY)
+        then = _buckets(before, name)
         grown = {le: count - then.get(le, 0.0) for le, count in now.items()}
         if grown and max(grown.values()) > 0:
             return quantile(0.5, grown), quantile(0.99, grown), True
@@ -187,6 +231,8 @@ def _lags(after: Sequence[Series]) -> dict[tuple[str, str, str], float]:
             consumer = "workers"
         elif s.name == AGGREGATOR_LAG:
             consumer = "aggregator"
+        elif s.name == TOOL_LAG:
+            consumer = "tools"
         else:
             continue
         key = (consumer, s.labels.get("topic", "?"), s.labels.get("partition", "?"))
@@ -267,6 +313,8 @@ def frame_view(frame: Frame) -> RenderableType:
         Text(),
         _worker_table(frame.workers),
     ]
+    if frame.tools is not None:
+        parts.extend([Text(), _tools_table(frame.tools)])
     parts.extend(Text(f"! {error}", style="bold red") for error in frame.errors)
     return Group(*parts)
 
@@ -379,3 +427,36 @@ def _worker_table(workers: Sequence[WorkerRow]) -> RenderableType:
             _share(row.utilisation, colour),
         )
     return _section("workers", table)
+
+
+def _tools_table(tools: ToolsRow) -> RenderableType:
+    grid = Table.grid(padding=(0, 3))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column()
+    statuses = ", ".join(
+        f"{status} {count:,.0f}"
+        for status, count in sorted(tools.statuses.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    rebuilds = ", ".join(f"{why} {n:,.0f}" for why, n in sorted(tools.rebuilds.items()))
+    rows = [
+        ("calls/s", _num(tools.calls_per_s), f"total {tools.calls_total:,.0f}: {statuses or '-'}"),
+        (
+            "cell time",
+            f"p50 {_num(tools.exec_p50_ms, '{:.1f}')} ms",
+            f"p99 {_num(tools.exec_p99_ms, '{:.1f}')} ms",
+        ),
+        (
+            "live sessions",
+            f"{tools.sessions:,.0f}",
+            f"{tools.session_memory_mb:,.0f} MB in all",
+        ),
+        (
+            "rebuilt sessions",
+            f"{sum(tools.rebuilds.values()):,.0f}",
+            f"{rebuilds or '-'}; evicted {tools.evictions:,.0f}",
+        ),
+    ]
+    for label, value, detail in rows:
+        grid.add_row(label, value, _cell(detail))
+    return _section("tool calls (multi-turn sessions)", grid)

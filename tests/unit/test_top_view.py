@@ -101,3 +101,40 @@ def test_unreachable_sources_are_named_on_the_frame() -> None:
     assert "! http://x: refused" in render(frame)
     assert "workers (none reporting)" in render(frame)
     assert "verdicts (none yet)" in render(frame)
+
+
+def _tools(calls_ok: float, buckets: dict[str, float]) -> list[Series]:
+    return [
+        Series("rewardbus_tools_calls_total", {**W, "status": "ok"}, calls_ok),
+        Series("rewardbus_tools_calls_total", {**W, "status": "time_limit"}, 2),
+        Series("rewardbus_tools_sessions", W, 30),
+        Series("rewardbus_tools_session_memory_bytes", W, 120 << 20),
+        Series("rewardbus_tools_rebuilds_total", {**W, "reason": "not_held"}, 3),
+        Series("rewardbus_tools_rebuilds_total", {**W, "reason": "evicted"}, 1),
+        Series("rewardbus_tools_evictions_total", W, 1),
+        Series("rewardbus_tools_consumer_lag", {**W, "topic": "t", "partition": "2"}, 4),
+        *(
+            Series("rewardbus_tools_execution_milliseconds_bucket", {**W, "le": le}, n)
+            for le, n in buckets.items()
+        ),
+    ]
+
+
+def test_a_worker_serving_tool_calls_gets_a_tool_section() -> None:
+    before = _snapshot(10, 0, {"+Inf": 10}) + _tools(100, {"1.0": 50, "10.0": 100, "+Inf": 102})
+    after = _snapshot(12, 0, {"+Inf": 12}) + _tools(120, {"1.0": 70, "10.0": 120, "+Inf": 122})
+    frame = build_frame(before, after, 2.0)
+    assert frame.tools is not None
+    assert frame.tools.calls_per_s == 10.0
+    assert frame.tools.exec_p50_ms == 0.5  # the 20 calls of the window, all under 1 ms
+    text = render(frame, width=100)
+    assert re.search(r"^calls/s +10\.0 +total 122: ok 120, time_limit 2$", text, re.M)
+    assert re.search(r"^live sessions +30 +120 MB in all$", text, re.M)
+    assert re.search(r"^rebuilt sessions +4 +evicted 1, not_held 3; evicted 1$", text, re.M)
+    assert any(line.split() == ["tools", "t[2]", "4"] for line in text.splitlines())
+
+
+def test_no_tool_section_without_a_tool_service() -> None:
+    frame = build_frame(None, _snapshot(3, 0, {"+Inf": 3}), None)
+    assert frame.tools is None
+    assert "tool calls" not in render(frame, width=80)
