@@ -125,6 +125,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_io.py
 	$(BIN)/python benchmarks/bench_suites.py
+	$(BIN)/python benchmarks/bench_tools.py
 
 # CPU per completion, by layer, against benchmarks/cpu_baseline.json: a row more than 25 %
 # over fails (docs/performance.md). CI runs it. A new baseline is a deliberate commit:

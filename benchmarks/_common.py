@@ -157,14 +157,21 @@ async def fresh_kafka(bootstrap: str, phase: str, *, partitions: int = 4) -> Kaf
 
 @contextlib.asynccontextmanager
 async def workers(
-    kafka: KafkaSettings, count: int, *, cache_mb: int | None, tag: str, concurrency: int = 1
+    kafka: KafkaSettings,
+    count: int,
+    *,
+    cache_mb: int | None,
+    tag: str,
+    concurrency: int = 1,
+    extra_args: Sequence[str] = (),
 ) -> AsyncIterator[list[int]]:
     """``count`` worker processes, worker i pinned to its own CPU; logs in a temp dir.
 
     ``cache_mb=None`` keeps the worker's default result cache; 0 switches it off.
-    ``concurrency`` is each worker's executions at once (the worker's default is 1).
+    ``concurrency`` is each worker's executions at once (the worker's default is 1);
+    ``extra_args`` more ``rewardbus worker`` flags.
     """
-    extra = [] if cache_mb is None else ["--result-cache-mb", str(cache_mb)]
+    extra = [*extra_args, *([] if cache_mb is None else ["--result-cache-mb", str(cache_mb)])]
     with tempfile.TemporaryDirectory(prefix=f"rewardbus-bench-{tag}-") as logs:
         options = WorkerPoolOptions(
             workers=count,

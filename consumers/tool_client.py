@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from consumers.replies import PerLoopClients, ReplyInbox, process_clients
-from consumers.reward_client import client_name, publisher_config
+from consumers.reward_client import client_name
 from kafkaio import AioClients, Clients, Lifecycle
 from producers import ProducerConfig, RolloutProducer
 from schemas import ACCEPTED, KafkaSettings, ToolCall, ToolCell, ToolLimits, ToolResult
@@ -63,7 +63,9 @@ class ToolClientConfig:
     # None: min(3, brokers in the cluster).
     reply_replication_factor: int | None = None
     topic_wait_s: float = 30.0
-    publisher: ProducerConfig = field(default_factory=publisher_config)
+    # A rollout waits on each call: no linger (2 ms of it was a third of a call's round
+    # trip at one session; bench_tools.py).
+    publisher: ProducerConfig = field(default_factory=lambda: ProducerConfig(linger_ms=0))
 
 
 @dataclass

@@ -62,7 +62,7 @@ def add_parser(sub: Subcommands) -> None:
     worker.add_argument(
         "--tool-concurrency",
         type=int,
-        default=4,
+        default=16,
         metavar="N",
         help="tool-call cells run at once (calls of one session always run one at a time)",
     )

@@ -81,7 +81,9 @@ class ToolConfig:
     """How many sessions a worker holds and how many cells it runs at once."""
 
     max_sessions: int = 500
-    concurrency: int = 4
+    # Cells are short and mostly wait on nothing of the worker's: with 4 at once, 32
+    # sessions on two workers queued for a slot (round trip p50 24 ms; 14 ms with 16).
+    concurrency: int = 16
     # Records fetched and not answered: calls queued behind their session's last one count.
     max_in_flight: int = 0  # 0 -> 8 x concurrency
 
@@ -263,7 +265,11 @@ async def run_tool_service(
     )
     producer = clients.producer(
         ProducerOptions(
-            acks="all", idempotent=True, linger_ms=1, max_request_bytes=MAX_RECORD_BYTES
+            # No linger: a rollout waits on each result (bench_tools.py).
+            acks="all",
+            idempotent=True,
+            linger_ms=0,
+            max_request_bytes=MAX_RECORD_BYTES,
         )
     )
     admin = clients.admin()

@@ -49,6 +49,19 @@ def test_bench_sandbox_quick() -> None:
 
 
 @pytest.mark.timeout(180)
+def test_bench_tools_quick(kafka_bootstrap: str) -> None:
+    report = quick_run("bench_tools.py", kafka_bootstrap)
+    levels = report["kafka"]["levels"]
+    assert set(levels) == {"1", "8", "32"}
+    assert all(level["calls"] > 0 and level["rebuilt"] == 0 for level in levels.values())
+    held = report["kafka"]["held"]
+    # Every session held kept its own state, and no session was rebuilt to get it.
+    assert held["read_back_right"] == held["sessions"] and held["rebuilt"] == 0, held
+    assert report["kafka"]["rebuild"]["runs"] == 2
+    assert set(report["targets"]) >= {"p50 round trip at 32 sessions", "PSS per session"}
+
+
+@pytest.mark.timeout(180)
 def test_bench_pipeline_quick(kafka_bootstrap: str) -> None:
     report = quick_run("bench_pipeline.py", kafka_bootstrap)
     for runs in report["throughput"]["runs"].values():
