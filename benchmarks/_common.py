@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from producers import RolloutProducer
-from rewardbus.local import RewardWatcher, WorkerPoolOptions, embedded_broker, worker_pool
 from rewardbus.observability.percentiles import Percentiles
+from rewardbus.runtime.local import RewardWatcher, WorkerPoolOptions, embedded_broker, worker_pool
 from rewardbus.topics import ensure_topics
 from schemas import Completion, KafkaSettings, RewardEvent, Topics
 

@@ -61,7 +61,7 @@ from _common import (
 )
 
 from producers import ProducerConfig, ProducerError, RolloutProducer
-from rewardbus.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher
 from schemas import (
     Completion,
     IoSuite,

@@ -65,7 +65,7 @@ from _load import (
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer
-from rewardbus.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher
 from schemas import BatchManifest, KafkaSettings
 
 BATCH_SIZE = 256

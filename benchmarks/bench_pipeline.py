@@ -84,7 +84,7 @@ from _common import (
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
-from rewardbus.local import RewardWatcher, aggregator
+from rewardbus.runtime.local import RewardWatcher, aggregator
 from schemas import BatchManifest, Completion, IoSuite, RewardEvent
 
 BATCH_SIZE = 32

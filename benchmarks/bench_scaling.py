@@ -45,7 +45,7 @@ from _common import emit_json, quiet_logs, say
 
 from consumers import AggregatorConfig, ScoredBatches, run_aggregator
 from producers import RolloutProducer
-from rewardbus.broker import BrokerConfig, EmbeddedBroker
+from rewardbus.runtime.broker import BrokerConfig, EmbeddedBroker
 from rewardbus.topics import await_group_members, ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.service import WorkerConfig, run_worker

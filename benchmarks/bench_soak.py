@@ -67,7 +67,7 @@ from _load import (
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches
-from rewardbus.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher
 from schemas import KafkaSettings
 
 WORKERS = 2

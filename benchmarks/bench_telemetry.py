@@ -54,9 +54,9 @@ from _common import (
 
 from consumers import ScoredBatches
 from producers import RolloutProducer
-from rewardbus.local import RewardWatcher
 from rewardbus.observability.jaeger import JaegerConfig, JaegerProcess
 from rewardbus.observability.prometheus import PrometheusConfig, PrometheusProcess, query
+from rewardbus.runtime.local import RewardWatcher
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings
 
 TIMEOUT_S = 600.0

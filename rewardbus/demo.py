@@ -28,9 +28,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from consumers import ScoredBatches
 from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval_samples
-from rewardbus.local import RewardWatcher, embedded_broker, local_pipeline
 from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL
 from rewardbus.observability.percentiles import Percentiles
+from rewardbus.runtime.local import RewardWatcher, embedded_broker, local_pipeline
 from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]

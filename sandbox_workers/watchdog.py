@@ -12,7 +12,7 @@ dead-lettered unjudged) never counts it.
 ``stall_s / 4``; a thread checks the stamp as often, and once it is ``stall_s`` old
 dumps every thread's stack to stderr (where the wedge is) and ends the process with
 ``EXIT_STALLED``, without running cleanup that would wait on the stuck loop. The
-supervisor (Kubernetes, compose, ``rewardbus.local``) restarts it; the record is
+supervisor (Kubernetes, compose, ``rewardbus.runtime.local``) restarts it; the record is
 redelivered and counted.
 
 Only process entry points use it (``rewardbus worker``): in a test's or a trainer's

@@ -23,7 +23,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    from rewardbus.broker import BrokerConfig, EmbeddedBroker
+    from rewardbus.runtime.broker import BrokerConfig, EmbeddedBroker
 
     broker = EmbeddedBroker(BrokerConfig(num_partitions=4))
     broker.start()

@@ -89,7 +89,7 @@ stage() {
       cp -r "$kafka_lib" "$ctx/payload/lib"
       rm -f "$ctx/payload/lib/.complete"
       # The embedded broker's own log4j2 configuration (package data): one copy for both.
-      cp "$repo/rewardbus/broker/log4j2.properties" "$repo/infra/docker/kafka-entrypoint.sh" "$ctx/payload/"
+      cp "$repo/rewardbus/runtime/broker/log4j2.properties" "$repo/infra/docker/kafka-entrypoint.sh" "$ctx/payload/"
       ;;
     worker)
       cp "$repo/infra/docker/languages.sh" "$ctx/infra/docker/"

@@ -22,7 +22,7 @@ def add_parser(sub: Subcommands) -> None:
 
 async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Serve until stopped."""
-    from rewardbus.broker import BrokerConfig, serve
+    from rewardbus.runtime.broker import BrokerConfig, serve
 
     del env  # the broker's own settings (REWARDBUS_KAFKA_LIB, JAVA_HOME) are read there
     config = BrokerConfig(port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None)

@@ -24,7 +24,7 @@ def add_parser(sub: Subcommands) -> None:
 
 async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Serve until stopped."""
-    from rewardbus.cluster import ClusterConfig, serve_cluster
+    from rewardbus.runtime.cluster import ClusterConfig, serve_cluster
 
     del env
     root = Path(args.data_dir) if args.data_dir else None

@@ -1,6 +1,6 @@
 """What every tool the project runs as a child (Jaeger, Prometheus) shares.
 
-A subclass starts ``_proc`` (a :class:`~rewardbus.reaped_child.ReapedChild` logging
+A subclass starts ``_proc`` (a :class:`~rewardbus.runtime.reaped_child.ReapedChild` logging
 to ``_log`` inside ``_workdir``) in its own ``start``; this base waits for it, stops
 it (SIGTERM, a grace period, then SIGKILL), removes its directory and makes it a
 sync and async context manager. The embedded Kafka broker runs its JVM as the same
@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from rewardbus.reaped_child import ReapedChild
-from rewardbus.service import BlockingService
+from rewardbus.runtime.reaped_child import ReapedChild
+from rewardbus.runtime.service import BlockingService
 
 __all__ = ["EXIT_GRACE_S", "ChildProcess", "log_tail"]
 

@@ -35,8 +35,8 @@ from typing import Any
 from rewardbus.errors import Unavailable
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
-from rewardbus.ports import free_ports
-from rewardbus.reaped_child import ReapedChild
+from rewardbus.runtime.ports import free_ports
+from rewardbus.runtime.reaped_child import ReapedChild
 
 __all__ = [
     "JaegerConfig",

@@ -34,7 +34,7 @@ from typing import Any
 from rewardbus.errors import Unavailable
 from rewardbus.observability.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import PROMETHEUS, ensure
-from rewardbus.reaped_child import ReapedChild
+from rewardbus.runtime.reaped_child import ReapedChild
 
 __all__ = [
     "PrometheusConfig",

@@ -34,7 +34,7 @@ import torch
 
 from consumers import LearnerSource, ScoredBatches, StreamPosition
 from producers import RolloutProducer
-from rewardbus.local import embedded_broker, local_pipeline
+from rewardbus.runtime.local import embedded_broker, local_pipeline
 from rewardbus.train_demo.checkpoint import (
     AppliedLog,
     Checkpoint,

@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import pytest
 
-from rewardbus.ports import free_ports
+from rewardbus.runtime.ports import free_ports
 from tests.containers.harness import SECCOMP_PROFILE
 from tests.support.poll import until_sync
 

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from kafkaio import AioClients, TopicSpec, ensure_topic, running
-from rewardbus.broker import (
+from rewardbus.runtime.broker import (
     BrokerConfig,
     BrokerError,
     EmbeddedBroker,
@@ -193,7 +193,7 @@ async def test_serve_reports_a_broker_that_exits_on_its_own(tmp_path: Path) -> N
 async def test_broker_dies_with_its_python_parent(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from rewardbus.broker import EmbeddedBroker\n"
+        "from rewardbus.runtime.broker import EmbeddedBroker\n"
         "broker = EmbeddedBroker()\n"
         "broker.start()\n"
         "print(broker.pid, broker.log_path.parent, flush=True)\n"

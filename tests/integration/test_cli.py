@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardbus.local import WorkerPoolOptions, aggregator, worker_pool
+from rewardbus.runtime.local import WorkerPoolOptions, aggregator, worker_pool
 from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings
 

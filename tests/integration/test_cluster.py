@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from consumers import ScoredBatches
 from producers import RolloutProducer
-from rewardbus.cluster import Cluster, ClusterConfig
+from rewardbus.runtime.cluster import Cluster, ClusterConfig
 from rewardbus.topics import await_group_members, ensure_topics
 from sandbox_workers.service import WorkerStats
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEvent, Topics, decode

@@ -28,9 +28,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers import ScoredBatches
 from producers import RolloutProducer
-from rewardbus.broker import BrokerConfig, EmbeddedBroker
-from rewardbus.local import RewardWatcher
-from rewardbus.ports import free_ports
+from rewardbus.runtime.broker import BrokerConfig, EmbeddedBroker
+from rewardbus.runtime.local import RewardWatcher
+from rewardbus.runtime.ports import free_ports
 from rewardbus.topics import await_group_members, ensure_topics
 from sandbox_workers.service import WorkerConfig
 from schemas import (

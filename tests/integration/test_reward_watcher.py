@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kafkaio import AioClients, ProducerOptions, running
-from rewardbus.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher
 from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings, RewardEvent, Verdict, encode
 

@@ -27,7 +27,7 @@ from kafkaio import (
     running,
 )
 from producers import RolloutProducer
-from rewardbus.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher
 from rewardbus.topics import ensure_topics
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.service import WorkerConfig, run_worker

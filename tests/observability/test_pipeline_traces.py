@@ -34,11 +34,11 @@ import msgspec
 import pytest
 
 from consumers import ScoredBatches
-from rewardbus.local import WorkerPoolOptions, worker_pool
 from rewardbus.observability.jaeger import JaegerProcess
 from rewardbus.observability.jaeger_query import JaegerQuery, TraceNotFound
 from rewardbus.observability.otlp import SpanRecord
 from rewardbus.observability.trace_view import SampleTrace, batch_trace, sample_trace
+from rewardbus.runtime.local import WorkerPoolOptions, worker_pool
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import (
     AssertSuite,

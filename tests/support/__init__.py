@@ -9,5 +9,5 @@
                  interpreter per session): never shipped, never isolated
 
 The broker is the session's ``kafka_bootstrap`` fixture (tests/conftest.py); stages as
-separate processes, as deployed, are :mod:`rewardbus.local`'s ``worker_pool``.
+separate processes, as deployed, are :mod:`rewardbus.runtime.local`'s ``worker_pool``.
 """

@@ -7,7 +7,7 @@ the block ends::
     async with running(aggregator(kafka)), running(worker(kafka, "w1")):
         ...
 
-Stages as separate processes, as deployed, are :mod:`rewardbus.local`'s
+Stages as separate processes, as deployed, are :mod:`rewardbus.runtime.local`'s
 ``worker_pool`` (and its in-process ``aggregator``).
 """
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardbus.broker import KAFKA_VERSION, default_kafka_lib
+from rewardbus.runtime.broker import KAFKA_VERSION, default_kafka_lib
 from sandbox_workers.jail import JailConfig
 from schemas import CACHE_ENV, cache_root
 

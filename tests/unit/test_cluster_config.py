@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rewardbus.broker import BrokerConfig
-from rewardbus.broker.jvm import KafkaRuntime
-from rewardbus.broker.server_properties import server_properties
-from rewardbus.cluster import ClusterConfig, _node_configs
+from rewardbus.runtime.broker import BrokerConfig
+from rewardbus.runtime.broker.jvm import KafkaRuntime
+from rewardbus.runtime.broker.server_properties import server_properties
+from rewardbus.runtime.cluster import ClusterConfig, _node_configs
 
 
 def _props(text: str) -> dict[str, str]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from rewardbus import cli
-from rewardbus.broker.errors import BrokerError, PortTaken
 from rewardbus.canary import GoldenSetError
 from rewardbus.errors import KINDS, CommandFailed, ShellError, Unavailable, UsageError
 from rewardbus.observability.gotools import ToolBuildError
 from rewardbus.observability.jaeger import JaegerError
 from rewardbus.observability.jaeger_query import JaegerQueryError, TraceNotFound
 from rewardbus.observability.prometheus import PrometheusError
+from rewardbus.runtime.broker.errors import BrokerError, PortTaken
 from rewardbus.train_demo.checkpoint import CheckpointError
 from rewardbus.train_demo.devices import DeviceUnavailable
 from rewardbus.wiring import SandboxUnavailable

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "kafkaio", "producers", "consumers", "sandbox_workers", "rewardbus")
-LOG4J = "rewardbus/broker/log4j2.properties"
+LOG4J = "rewardbus/runtime/broker/log4j2.properties"
 
 
 def _source_files(*paths: str) -> list[str]:
@@ -57,7 +57,7 @@ def test_the_wheel_carries_every_package_file(wheel_names: set[str]) -> None:
 
 
 def test_the_installed_broker_reads_its_log4j_config_from_the_package() -> None:
-    from rewardbus.broker import log4j2_properties
+    from rewardbus.runtime.broker import log4j2_properties
 
     assert log4j2_properties() == (ROOT / LOG4J).read_text(encoding="utf-8")
     assert "logger.raftserver.name = kafka.server.KafkaRaftServer" in log4j2_properties()

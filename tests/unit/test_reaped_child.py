@@ -12,7 +12,7 @@ from typing import IO
 
 import pytest
 
-from rewardbus.reaped_child import ReapedChild
+from rewardbus.runtime.reaped_child import ReapedChild
 from tests.processes import exited_within
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_the_child_dies_with_its_parent_even_when_a_short_lived_thread_spawned_i
     parent_script = (
         "import signal, sys, threading\n"
         "from pathlib import Path\n"
-        "from rewardbus.reaped_child import ReapedChild\n"
+        "from rewardbus.runtime.reaped_child import ReapedChild\n"
         "children = []\n"
         "def spawn():\n"
         "    with open(sys.argv[1], 'wb') as log:\n"

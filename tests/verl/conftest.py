@@ -10,7 +10,7 @@ import pytest
 
 import consumers.reward_client as reward_client
 import consumers.verl_reward as verl_reward
-from rewardbus.local import WorkerPoolOptions, worker_pool
+from rewardbus.runtime.local import WorkerPoolOptions, worker_pool
 from rewardbus.tokenizer import save_tokenizer
 from rewardbus.topics import ensure_topics
 from schemas import KafkaSettings, Topics

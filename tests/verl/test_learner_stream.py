@@ -19,7 +19,7 @@ from verl import DataProto
 
 from consumers import LearnerBatch, LearnerSource, ScoredBatches, StalenessPolicy
 from producers import BatchWindow, RolloutProducer
-from rewardbus.local import WorkerPoolOptions, aggregator, worker_pool
+from rewardbus.runtime.local import WorkerPoolOptions, aggregator, worker_pool
 from rewardbus.topics import ensure_topics
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings
 from tests.support.poll import until

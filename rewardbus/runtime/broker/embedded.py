@@ -17,19 +17,19 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardbus.broker.broker_log import bind_failed, log_excerpt
-from rewardbus.broker.class_archive import ClassArchive
-from rewardbus.broker.config import BrokerConfig
-from rewardbus.broker.errors import BrokerError, PortTaken
-from rewardbus.broker.jvm import KafkaRuntime, resolve_runtime
-from rewardbus.broker.layout import DataLayout
-from rewardbus.broker.log4j import log4j2_properties
-from rewardbus.broker.readiness import answers_api_versions
-from rewardbus.broker.server_properties import server_properties
-from rewardbus.broker.storage import format_storage
-from rewardbus.ports import free_ports
-from rewardbus.reaped_child import ReapedChild
-from rewardbus.service import BlockingService
+from rewardbus.runtime.broker.broker_log import bind_failed, log_excerpt
+from rewardbus.runtime.broker.class_archive import ClassArchive
+from rewardbus.runtime.broker.config import BrokerConfig
+from rewardbus.runtime.broker.errors import BrokerError, PortTaken
+from rewardbus.runtime.broker.jvm import KafkaRuntime, resolve_runtime
+from rewardbus.runtime.broker.layout import DataLayout
+from rewardbus.runtime.broker.log4j import log4j2_properties
+from rewardbus.runtime.broker.readiness import answers_api_versions
+from rewardbus.runtime.broker.server_properties import server_properties
+from rewardbus.runtime.broker.storage import format_storage
+from rewardbus.runtime.ports import free_ports
+from rewardbus.runtime.reaped_child import ReapedChild
+from rewardbus.runtime.service import BlockingService
 
 __all__ = ["EmbeddedBroker"]
 

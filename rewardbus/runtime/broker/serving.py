@@ -7,10 +7,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rewardbus.broker.broker_log import log_excerpt
-from rewardbus.broker.config import BrokerConfig
-from rewardbus.broker.embedded import EmbeddedBroker
-from rewardbus.broker.errors import BrokerError
+from rewardbus.runtime.broker.broker_log import log_excerpt
+from rewardbus.runtime.broker.config import BrokerConfig
+from rewardbus.runtime.broker.embedded import EmbeddedBroker
+from rewardbus.runtime.broker.errors import BrokerError
 
 __all__ = ["serve"]
 

@@ -1,6 +1,6 @@
 """A multi-node KRaft Kafka cluster of embedded brokers, for fault tests and local scale-out.
 
-Each node is an :class:`~rewardbus.broker.EmbeddedBroker` in combined mode (broker and
+Each node is an :class:`~rewardbus.runtime.broker.EmbeddedBroker` in combined mode (broker and
 controller in one JVM) with its own data directory and ports; the nodes form one static
 controller quorum (`controller.quorum.voters`), so any minority of them can die and the rest
 keep serving. Internal topics are replicated to every node (up to 3) with a min ISR of one
@@ -9,7 +9,7 @@ down and nothing acknowledged is lost.
 
 :meth:`Cluster.kill` SIGKILLs one node as a crash would and :meth:`Cluster.restart` brings
 it back on the same ports and data, which is what tests/integration/test_cluster.py does to
-the partition leaders mid-run. Errors are :class:`~rewardbus.broker.BrokerError`.
+the partition leaders mid-run. Errors are :class:`~rewardbus.runtime.broker.BrokerError`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardbus.broker import BrokerConfig, BrokerError, EmbeddedBroker
-from rewardbus.broker.server_properties import new_cluster_id
-from rewardbus.ports import free_ports
-from rewardbus.service import BlockingService
+from rewardbus.runtime.broker import BrokerConfig, BrokerError, EmbeddedBroker
+from rewardbus.runtime.broker.server_properties import new_cluster_id
+from rewardbus.runtime.ports import free_ports
+from rewardbus.runtime.service import BlockingService
 
 __all__ = ["Cluster", "ClusterConfig", "serve_cluster"]
 

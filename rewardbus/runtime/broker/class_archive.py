@@ -13,7 +13,7 @@ import os
 import uuid
 from pathlib import Path
 
-from rewardbus.broker.jvm import KafkaRuntime
+from rewardbus.runtime.broker.jvm import KafkaRuntime
 
 __all__ = ["ClassArchive"]
 

@@ -10,7 +10,7 @@ import base64
 import uuid
 from pathlib import Path
 
-from rewardbus.broker.config import BrokerConfig
+from rewardbus.runtime.broker.config import BrokerConfig
 
 __all__ = ["new_cluster_id", "server_properties"]
 

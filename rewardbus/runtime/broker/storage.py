@@ -6,12 +6,12 @@ import signal
 import subprocess
 import time
 
-from rewardbus.broker.config import BrokerConfig
-from rewardbus.broker.errors import BrokerError
-from rewardbus.broker.jvm import KafkaRuntime
-from rewardbus.broker.layout import DataLayout
-from rewardbus.broker.server_properties import new_cluster_id
-from rewardbus.reaped_child import parent_death_signal
+from rewardbus.runtime.broker.config import BrokerConfig
+from rewardbus.runtime.broker.errors import BrokerError
+from rewardbus.runtime.broker.jvm import KafkaRuntime
+from rewardbus.runtime.broker.layout import DataLayout
+from rewardbus.runtime.broker.server_properties import new_cluster_id
+from rewardbus.runtime.reaped_child import parent_death_signal
 
 __all__ = ["format_storage"]
 

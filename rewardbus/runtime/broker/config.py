@@ -30,7 +30,7 @@ class BrokerConfig:
         would hold the whole heap from its first second.
     startup_timeout_s: budget for formatting storage plus the broker becoming ready.
     node_id / quorum_voters / cluster_id: one node of a multi-node cluster
-        (`rewardbus.cluster`): Kafka's `controller.quorum.voters` ("1@host:port,2@...") and
+        (`rewardbus.runtime.cluster`): Kafka's `controller.quorum.voters` ("1@host:port,2@...") and
         the storage id all its nodes share. None (the default) is a single node formatted
         `--standalone` with a fresh id.
     replication_factor / min_insync_replicas: for the internal topics and as the defaults of

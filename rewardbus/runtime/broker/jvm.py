@@ -7,8 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardbus.broker.config import KAFKA_VERSION, BrokerConfig, default_kafka_lib
-from rewardbus.broker.errors import BrokerError
+from rewardbus.runtime.broker.config import KAFKA_VERSION, BrokerConfig, default_kafka_lib
+from rewardbus.runtime.broker.errors import BrokerError
 
 __all__ = ["KafkaRuntime", "resolve_runtime"]
 

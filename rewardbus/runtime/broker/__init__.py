@@ -4,7 +4,7 @@ It runs the real Kafka (the jars that `make kafka-jars` copies from Maven Centra
 child JVM in KRaft combined mode (one process is both broker and controller), bound to
 127.0.0.1 only. The child can never outlive this Python process: it is spawned with
 PR_SET_PDEATHSIG=SIGKILL from a thread that lives exactly as long as the child
-(`rewardbus.reaped_child`).
+(`rewardbus.runtime.reaped_child`).
 
 Errors: every failure is a `BrokerError` (a shell `Unavailable`) whose message says what to do:
 java missing, jars missing, the broker died during start-up (with the tail of its log), or
@@ -25,11 +25,11 @@ The modules, one job each:
 
 from __future__ import annotations
 
-from rewardbus.broker.config import KAFKA_VERSION, BrokerConfig, default_kafka_lib
-from rewardbus.broker.embedded import EmbeddedBroker
-from rewardbus.broker.errors import BrokerError
-from rewardbus.broker.log4j import log4j2_properties
-from rewardbus.broker.serving import serve
+from rewardbus.runtime.broker.config import KAFKA_VERSION, BrokerConfig, default_kafka_lib
+from rewardbus.runtime.broker.embedded import EmbeddedBroker
+from rewardbus.runtime.broker.errors import BrokerError
+from rewardbus.runtime.broker.log4j import log4j2_properties
+from rewardbus.runtime.broker.serving import serve
 
 __all__ = [
     "KAFKA_VERSION",

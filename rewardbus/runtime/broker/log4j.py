@@ -16,4 +16,8 @@ LOG4J2_FILE = "log4j2.properties"
 
 def log4j2_properties() -> str:
     """The text of the packaged log4j2 configuration."""
-    return resources.files("rewardbus.broker").joinpath(LOG4J2_FILE).read_text(encoding="utf-8")
+    return (
+        resources.files("rewardbus.runtime.broker")
+        .joinpath(LOG4J2_FILE)
+        .read_text(encoding="utf-8")
+    )

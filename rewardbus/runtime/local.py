@@ -26,7 +26,7 @@ from kafkaio import (
     assign_from,
     topic_partitions,
 )
-from rewardbus.reaped_child import parent_death_signal
+from rewardbus.runtime.reaped_child import parent_death_signal
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import KafkaSettings, RewardEvent, SchemaError, decode
 
@@ -42,7 +42,7 @@ async def embedded_broker(
     ``data_dir``: keep the broker's data there (and find it there on the next start);
     None is a temporary directory removed on stop.
     """
-    from rewardbus.broker import BrokerConfig, EmbeddedBroker
+    from rewardbus.runtime.broker import BrokerConfig, EmbeddedBroker
 
     config = BrokerConfig(
         num_partitions=num_partitions, preallocate_heap=preallocate_heap, data_dir=data_dir
