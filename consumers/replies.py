@@ -7,6 +7,10 @@ created at start, deleted at stop), to which the workers send that client's answ
 reply to the future waiting on its id; a reply nobody waits on (its caller timed
 out, a redelivered duplicate) is counted as late and dropped.
 
+:class:`PublishingClient` is what such a client is around its own work: the
+trainer-side publisher (:class:`~producers.RolloutProducer`) plus its inbox, started
+and stopped together.
+
 :class:`PerLoopClients` keeps one started client per event loop of the process (Kafka
 clients belong to the loop that started them) and stops each before its loop goes
 away; :func:`process_clients` keeps such sharers process-wide, by settings.
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from kafkaio import (
+    AioClients,
     Clients,
     Consumer,
     ConsumerOptions,
@@ -33,10 +38,12 @@ from kafkaio import (
     reply_topic_spec,
     running,
 )
-from schemas import SchemaError, decode
+from producers import ProducerConfig, RolloutProducer
+from schemas import KafkaSettings, SchemaError, decode
 
 __all__ = [
     "PerLoopClients",
+    "PublishingClient",
     "ReplyClient",
     "ReplyInbox",
     "ReplyStats",
@@ -170,6 +177,72 @@ async def delete_topics(clients: Clients, topics: list[str]) -> None:
     admin = clients.admin()
     async with running(admin):
         await admin.delete_topics(topics)
+
+
+class PublishingClient(Lifecycle, Generic[T]):
+    """Publishes through the trainer-side publisher and waits on replies of type
+    ``message_type`` (by ``id_of``) on a reply topic named for ``name``.
+
+    ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        name: str,
+        publisher: ProducerConfig,
+        message_type: type[T],
+        id_of: Callable[[T], str],
+        *,
+        clients: Clients | None,
+        replication_factor: int | None,
+        topic_wait_s: float,
+    ) -> None:
+        self._kafka = kafka
+        self._clients = clients or AioClients(kafka)
+        self._publisher_config = publisher
+        self._publisher: RolloutProducer | None = None
+        self.reply_topic = kafka.topics.reply_topic(name)
+        self._inbox = ReplyInbox(
+            self._clients,
+            self.reply_topic,
+            message_type,
+            id_of,
+            replication_factor=replication_factor,
+            topic_wait_s=topic_wait_s,
+        )
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped."""
+        return self._publisher is not None
+
+    async def start(self) -> None:
+        """Create the reply topic, start reading it from its start, connect the publisher."""
+        await self._inbox.start()
+        publisher = RolloutProducer(self._kafka, self._publisher_config, clients=self._clients)
+        try:
+            await publisher.start()
+        except BaseException:
+            await self._inbox.stop()
+            raise
+        self._publisher = publisher
+
+    async def stop(self) -> None:
+        """Fail the waiters, disconnect, delete the reply topic."""
+        if self._publisher is not None:
+            await self._publisher.stop()
+            self._publisher = None
+        await self._inbox.stop()
+
+    async def delete_reply_topic(self) -> None:
+        """Delete the reply topic (for a client whose loop closed under it)."""
+        await self._inbox.delete_topic()
+
+    def _running(self) -> RolloutProducer:
+        if self._publisher is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return self._publisher
 
 
 class ReplyClient(Protocol):

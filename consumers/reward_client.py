@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from consumers import replies
-from consumers.replies import PerLoopClients, ReplyInbox, process_clients
-from kafkaio import AioClients, Clients, Lifecycle
-from producers import ProducerConfig, RolloutProducer
+from consumers.replies import PerLoopClients, PublishingClient, process_clients
+from kafkaio import Clients
+from producers import ProducerConfig
 from schemas import Completion, KafkaSettings, ProblemRecord, RewardEvent
 
 __all__ = [
@@ -88,7 +88,7 @@ class RewardClientStats:
     undecodable: int = 0
 
 
-class RewardClient(Lifecycle):
+class RewardClient(PublishingClient[RewardEvent]):
     """Publishes completions and hands each caller its own sample's ``RewardEvent``.
 
     ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
@@ -101,20 +101,18 @@ class RewardClient(Lifecycle):
         *,
         clients: Clients | None = None,
     ) -> None:
-        self._kafka = kafka
-        self._clients = clients or AioClients(kafka)
-        self.config = config or RewardClientConfig()
-        self.reply_topic = kafka.topics.reply_topic(self.config.name)
-        self._sent = RewardClientStats()
-        self._publisher: RolloutProducer | None = None
-        self._inbox = ReplyInbox(
-            self._clients,
-            self.reply_topic,
+        self.config = config = config or RewardClientConfig()
+        super().__init__(
+            kafka,
+            config.name,
+            config.publisher,
             RewardEvent,
             lambda event: event.sample_id,
-            replication_factor=self.config.reply_replication_factor,
-            topic_wait_s=self.config.topic_wait_s,
+            clients=clients,
+            replication_factor=config.reply_replication_factor,
+            topic_wait_s=config.topic_wait_s,
         )
+        self._sent = RewardClientStats()
         self._problems: OrderedDict[str, asyncio.Future[None]] = OrderedDict()
         self._slots = asyncio.Semaphore(self.config.max_in_flight)
 
@@ -133,30 +131,6 @@ class RewardClient(Lifecycle):
             late_rewards=replies.late,
             undecodable=replies.undecodable,
         )
-
-    # -- lifecycle -------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Create the reply topic, start reading it from its start, connect the publisher."""
-        await self._inbox.start()
-        publisher = RolloutProducer(self._kafka, self.config.publisher, clients=self._clients)
-        try:
-            await publisher.start()
-        except BaseException:
-            await self._inbox.stop()
-            raise
-        self._publisher = publisher
-
-    async def stop(self) -> None:
-        """Fail the waiters, disconnect, delete the reply topic."""
-        if self._publisher is not None:
-            await self._publisher.stop()
-            self._publisher = None
-        await self._inbox.stop()
-
-    async def delete_reply_topic(self) -> None:
-        """Delete the reply topic (for a client whose loop closed under it)."""
-        await self._inbox.delete_topic()
 
     # -- scoring ---------------------------------------------------------------
 
@@ -205,16 +179,6 @@ class RewardClient(Lifecycle):
     async def _publish(self, completion: Completion) -> None:
         await self._running().publish(completion)
         self._sent.published += 1
-
-    @property
-    def running(self) -> bool:
-        """Started and not stopped."""
-        return self._publisher is not None
-
-    def _running(self) -> RolloutProducer:
-        if self._publisher is None:
-            raise RuntimeError("RewardClient is not started (use start() or async with)")
-        return self._publisher
 
 
 # The process-wide sharers (consumers.replies keeps them; tests reset them here).

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from consumers.replies import PerLoopClients, ReplyInbox, process_clients
+from consumers.replies import PerLoopClients, PublishingClient, process_clients
 from consumers.reward_client import client_name
-from kafkaio import AioClients, Clients, Lifecycle
-from producers import ProducerConfig, RolloutProducer
+from kafkaio import Clients
+from producers import ProducerConfig
 from schemas import ACCEPTED, KafkaSettings, ToolCall, ToolCell, ToolLimits, ToolResult
 
 __all__ = [
@@ -91,7 +91,7 @@ class _Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-class ToolClient(Lifecycle):
+class ToolClient(PublishingClient[ToolResult]):
     """Sends tool calls and hands each caller its own call's :class:`~schemas.ToolResult`.
 
     ``clients`` makes the Kafka clients (default: :class:`~kafkaio.AioClients` for ``kafka``).
@@ -104,20 +104,18 @@ class ToolClient(Lifecycle):
         *,
         clients: Clients | None = None,
     ) -> None:
-        self._kafka = kafka
-        self._clients = clients or AioClients(kafka)
-        self.config = config or ToolClientConfig()
-        self.reply_topic = kafka.topics.reply_topic(self.config.name)
-        self._sent = ToolClientStats()
-        self._publisher: RolloutProducer | None = None
-        self._inbox = ReplyInbox(
-            self._clients,
-            self.reply_topic,
+        self.config = config = config or ToolClientConfig()
+        super().__init__(
+            kafka,
+            config.name,
+            config.publisher,
             ToolResult,
             lambda result: result.call_id,
-            replication_factor=self.config.reply_replication_factor,
-            topic_wait_s=self.config.topic_wait_s,
+            clients=clients,
+            replication_factor=config.reply_replication_factor,
+            topic_wait_s=config.topic_wait_s,
         )
+        self._sent = ToolClientStats()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
 
     @property
@@ -135,35 +133,6 @@ class ToolClient(Lifecycle):
             late=replies.late,
             undecodable=replies.undecodable,
         )
-
-    @property
-    def running(self) -> bool:
-        """Started and not stopped."""
-        return self._publisher is not None
-
-    # -- lifecycle -------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Create the reply topic, start reading it, connect the publisher."""
-        await self._inbox.start()
-        publisher = RolloutProducer(self._kafka, self.config.publisher, clients=self._clients)
-        try:
-            await publisher.start()
-        except BaseException:
-            await self._inbox.stop()
-            raise
-        self._publisher = publisher
-
-    async def stop(self) -> None:
-        """Fail the waiters, disconnect, delete the reply topic."""
-        if self._publisher is not None:
-            await self._publisher.stop()
-            self._publisher = None
-        await self._inbox.stop()
-
-    async def delete_reply_topic(self) -> None:
-        """Delete the reply topic (for a client whose loop closed under it)."""
-        await self._inbox.delete_topic()
 
     # -- calls -----------------------------------------------------------------
 
@@ -249,9 +218,7 @@ class ToolClient(Lifecycle):
             raise
 
     async def _publish(self, call: ToolCall) -> None:
-        if self._publisher is None:
-            raise RuntimeError("ToolClient is not started (use start() or async with)")
-        await self._publisher.publish_tool_call(call)
+        await self._running().publish_tool_call(call)
         self._sent.calls += 1
 
     def _call(
