@@ -54,7 +54,7 @@ class ProducerConfig:
     """Producer tuning. Idempotence and ``acks=all`` are not optional."""
 
     compression: str | None = "lz4"
-    linger_ms: int = 5
+    linger_ms: int = 1
     max_batch_bytes: int = 1 << 20
     request_timeout_ms: int = 30_000
     # Large enough for CodeContests-sized suites; the topic's max.message.bytes must

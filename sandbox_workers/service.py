@@ -107,7 +107,11 @@ async def run_worker(
     producer = clients.producer(
         # A dead letter carries the original record, which may be a multi-MB suite.
         ProducerOptions(
-            acks="all", idempotent=True, linger_ms=1, max_request_bytes=MAX_RECORD_BYTES
+            # No linger: a reward (and its ledger entry) is waited on (docs/performance.md).
+            acks="all",
+            idempotent=True,
+            linger_ms=0,
+            max_request_bytes=MAX_RECORD_BYTES,
         )
     )
     await _await_topics(kafka, config, clients)
