@@ -42,10 +42,8 @@ from collections.abc import Awaitable
 from kafkaio import (
     AioClients,
     Clients,
-    ConsumerOptions,
     DeadLetterWriter,
     Producer,
-    ProducerOptions,
     running,
     wait_for_topics,
 )
@@ -57,7 +55,7 @@ from sandbox_workers.record_judge import RecordJudge, RewardUndeliverable
 from sandbox_workers.result_cache import ClusterResultCache, LocalResultCache
 from sandbox_workers.worker_config import WorkerConfig, WorkerStats
 from sandbox_workers.worker_loop import WorkerLoop
-from schemas import MAX_RECORD_BYTES, KafkaSettings
+from schemas import KafkaSettings
 
 __all__ = [
     "CompletionRunner",
@@ -92,28 +90,8 @@ async def run_worker(
     """
     stats = stats if stats is not None else WorkerStats()
     clients = clients or AioClients(kafka)
-    consumer = clients.consumer(
-        ConsumerOptions(
-            group_id=config.group_id,
-            group_instance_id=config.group_instance_id,
-            session_timeout_ms=config.effective_session_timeout_ms,
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            max_poll_records=config.in_flight_limit,
-            # Partitions are paused whenever the in-flight limit is reached; after a
-            # resume the next fetch must not sit in a 500 ms (default) broker long-poll.
-            fetch_max_wait_ms=config.fetch_max_wait_ms,
-        )
-    )
-    producer = clients.producer(
-        # A dead letter carries the original record, which may be a multi-MB suite.
-        ProducerOptions(
-            # No linger: a reward (and its ledger entry) is waited on (docs/performance.md).
-            acks="all",
-            idempotent=True,
-            linger_ms=0,
-            max_request_bytes=MAX_RECORD_BYTES,
-        )
-    )
+    consumer = clients.consumer(config.consumer_options(config.group_id, config.in_flight_limit))
+    producer = clients.producer(config.producer_options())
     await _await_topics(kafka, config, clients)
     async with running(producer), contextlib.AsyncExitStack() as stack:
         metrics = WorkerMetrics(config.worker_id, config.concurrency, runner.languages)

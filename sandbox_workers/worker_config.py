@@ -12,6 +12,9 @@ import socket
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kafkaio import ConsumerOptions, ProducerOptions
+from schemas import MAX_RECORD_BYTES
+
 __all__ = ["WorkerConfig", "WorkerStats"]
 
 
@@ -70,6 +73,32 @@ class WorkerConfig:
         if self.group_instance_id is not None:
             return self.static_session_timeout_ms
         return self.session_timeout_ms
+
+    def consumer_options(self, group_id: str, max_poll_records: int) -> ConsumerOptions:
+        """A consumer of this worker's (its completions' or its tool calls') in ``group_id``."""
+        return ConsumerOptions(
+            group_id=group_id,
+            group_instance_id=self.group_instance_id,
+            session_timeout_ms=self.effective_session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            max_poll_records=max_poll_records,
+            # Partitions are paused whenever the in-flight limit is reached; after a
+            # resume the next fetch must not sit in a 500 ms (default) broker long-poll.
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
+        )
+
+    @staticmethod
+    def producer_options() -> ProducerOptions:
+        """The worker's producer: rewards, tool results, ledger entries, dead letters."""
+        return ProducerOptions(
+            acks="all",
+            idempotent=True,
+            # No linger: a reward, a tool result and a ledger entry are each waited on
+            # (docs/performance.md, docs/tools.md).
+            linger_ms=0,
+            # A dead letter carries the original record, which may be a multi-MB suite.
+            max_request_bytes=MAX_RECORD_BYTES,
+        )
 
 
 @dataclass

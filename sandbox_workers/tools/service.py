@@ -33,11 +33,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from kafkaio import (
     AioClients,
     Clients,
-    ConsumerOptions,
     DeadLetterWriter,
     ProduceError,
     Producer,
-    ProducerOptions,
     Record,
     TopicPartition,
     process_attributes,
@@ -56,7 +54,6 @@ from sandbox_workers.worker_config import WorkerConfig, WorkerStats
 from sandbox_workers.worker_loop import WorkerLoop
 from schemas import (
     CONTENT_TYPE,
-    MAX_RECORD_BYTES,
     DeadLetterErrorType,
     DeadLetterStage,
     KafkaSettings,
@@ -253,25 +250,8 @@ async def run_tool_service(
         concurrency=tools.concurrency,
         max_in_flight=tools.in_flight_limit,
     )
-    consumer = clients.consumer(
-        ConsumerOptions(
-            group_id=group_id,
-            group_instance_id=worker.group_instance_id,
-            session_timeout_ms=worker.effective_session_timeout_ms,
-            heartbeat_interval_ms=worker.heartbeat_interval_ms,
-            max_poll_records=tools.in_flight_limit,
-            fetch_max_wait_ms=worker.fetch_max_wait_ms,
-        )
-    )
-    producer = clients.producer(
-        ProducerOptions(
-            # No linger: a rollout waits on each result (bench_tools.py).
-            acks="all",
-            idempotent=True,
-            linger_ms=0,
-            max_request_bytes=MAX_RECORD_BYTES,
-        )
-    )
+    consumer = clients.consumer(worker.consumer_options(group_id, tools.in_flight_limit))
+    producer = clients.producer(worker.producer_options())
     admin = clients.admin()
     async with running(admin):
         names = [kafka.topics.tool_calls, kafka.topics.dlq]
