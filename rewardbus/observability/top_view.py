@@ -437,8 +437,9 @@ def _tools_table(tools: ToolsRow) -> RenderableType:
     statuses = ", ".join(
         f"{status} {count:,.0f}"
         for status, count in sorted(tools.statuses.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count
     )
-    rebuilds = ", ".join(f"{why} {n:,.0f}" for why, n in sorted(tools.rebuilds.items()))
+    rebuilds = ", ".join(f"{why} {n:,.0f}" for why, n in sorted(tools.rebuilds.items()) if n)
     rows = [
         ("calls/s", _num(tools.calls_per_s), f"total {tools.calls_total:,.0f}: {statuses or '-'}"),
         (

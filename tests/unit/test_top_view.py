@@ -107,10 +107,12 @@ def _tools(calls_ok: float, buckets: dict[str, float]) -> list[Series]:
     return [
         Series("rewardbus_tools_calls_total", {**W, "status": "ok"}, calls_ok),
         Series("rewardbus_tools_calls_total", {**W, "status": "time_limit"}, 2),
+        Series("rewardbus_tools_calls_total", {**W, "status": "memory_limit"}, 0),
         Series("rewardbus_tools_sessions", W, 30),
         Series("rewardbus_tools_session_memory_bytes", W, 120 << 20),
         Series("rewardbus_tools_rebuilds_total", {**W, "reason": "not_held"}, 3),
         Series("rewardbus_tools_rebuilds_total", {**W, "reason": "evicted"}, 1),
+        Series("rewardbus_tools_rebuilds_total", {**W, "reason": "expired"}, 0),
         Series("rewardbus_tools_evictions_total", W, 1),
         Series("rewardbus_tools_consumer_lag", {**W, "topic": "t", "partition": "2"}, 4),
         *(
