@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # and benchmarks.verl_harness
 
 from _common import (
     Cluster,
@@ -63,11 +64,8 @@ from _common import (
 )
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-from consumers.reward_client import SharedRewardClients, process_clients
-from consumers.verl_reward import RewardbusRewardManager
-from rewardbus.tokenizer import save_tokenizer
-from rewardbus.verl_harness import RunSingleTimer, parity_dataproto, verl_config
-from rewardbus.verl_parity import (
+from benchmarks.verl_harness import RunSingleTimer, parity_dataproto, verl_config
+from benchmarks.verl_parity import (
     ParityCase,
     ParitySample,
     agreement,
@@ -77,6 +75,9 @@ from rewardbus.verl_parity import (
     repeat_cases,
     same_score,
 )
+from consumers.reward_client import SharedRewardClients, process_clients
+from consumers.verl_reward import RewardbusRewardManager
+from rewardbus.tokenizer import save_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "examples/verl/parity/cases.jsonl"

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.verl_tasks import VerlRewardSettings, task_from_verl
-from rewardbus.verl_parity import (
+from benchmarks.verl_parity import (
     ParityCase,
     agreement,
     distinct_response,
@@ -18,6 +17,7 @@ from rewardbus.verl_parity import (
     repeat_cases,
     verl_data_source,
 )
+from consumers.verl_tasks import VerlRewardSettings, task_from_verl
 from sandbox_workers.extract import extract_code
 
 TAG = "rep-7"

@@ -25,9 +25,11 @@ from pathlib import Path
 
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: find benchmarks/
+
 import consumers.verl_reward as verl_reward
+from benchmarks.verl_harness import samples_dataproto, verl_config
 from consumers.verl_tasks import VerlRewardSettings
-from rewardbus.verl_harness import samples_dataproto, verl_config
 from schemas import KafkaSettings, Topics
 
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-from rewardbus.verl_harness import parity_dataproto, verl_config, verl_default_score
-from rewardbus.verl_parity import (
+from benchmarks.verl_harness import parity_dataproto, verl_config, verl_default_score
+from benchmarks.verl_parity import (
     ParityCase,
     ParitySample,
     VerlScore,

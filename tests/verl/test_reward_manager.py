@@ -22,10 +22,10 @@ from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
 import consumers.reward_client as reward_client
 import consumers.verl_reward as verl_reward
+from benchmarks.verl_harness import samples_dataproto, verl_config
 from consumers.reward_client import RewardClient
 from consumers.verl_tasks import REWARD_EXTRA_KEYS, VerlRewardSettings, task_from_verl
 from rewardbus.topics import ensure_topics
-from rewardbus.verl_harness import samples_dataproto, verl_config
 from schemas import KafkaSettings, RewardEvent, decode
 from tests.support.poll import until
 from tests.support.reading import read_topic

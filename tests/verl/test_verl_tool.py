@@ -41,12 +41,12 @@ from verl.workers.rollout.replica import TokenOutput
 
 import consumers.replies as replies
 import consumers.verl_tool as verl_tool
+from benchmarks.verl_harness import GENERATED_CONFIG
 from consumers.tool_client import SharedToolClients
 from consumers.verl_tool import RewardbusCodeTool, render_result
 from kafkaio import KafkaIOError
 from producers import PublishError
 from rewardbus.tokenizer import build_tokenizer
-from rewardbus.verl_harness import GENERATED_CONFIG
 from schemas import KafkaSettings, Topics
 from schemas.tools import ToolLimits, ToolResult
 from tests.support.poll import until

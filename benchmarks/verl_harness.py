@@ -30,9 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 from verl.utils.reward_score import default_compute_score
 
+from benchmarks.verl_parity import ParityCase, ParitySample, verl_data_source
 from rewardbus.tokenizer import build_tokenizer
 from rewardbus.train_demo.rollout import rollout_dataproto, rollout_of
-from rewardbus.verl_parity import ParityCase, ParitySample, verl_data_source
 from schemas import KafkaSettings
 
 __all__ = [

@@ -5,7 +5,7 @@ cases of ``examples/verl/parity/cases.jsonl``, the data source verl is given for
 each, distinct repeats for throughput runs, the disagreements ``docs/verl.md``
 documents, and how two scorers' results are compared. The parity test
 (``tests/verl/test_parity.py``) and ``benchmarks/bench_verl.py`` share it; the verl
-side of both lives in :mod:`rewardbus.verl_harness`.
+side of both lives in :mod:`benchmarks.verl_harness`.
 
 A case line::
 
