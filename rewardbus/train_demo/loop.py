@@ -177,8 +177,7 @@ async def run_train_demo(
     )
     result = summary(run.records, facts)
     print_summary(result, as_json=options.json)
-    improved = result["reward_mean_last"] > result["reward_mean_first"]
-    return 0 if error is None and len(run.records) == options.steps and improved else 1
+    return 0 if error is None and len(run.records) == options.steps and result.improved else 1
 
 
 def _trainer(options: TrainDemoOptions, device: torch.device, *, batch_size: int) -> Trainer:

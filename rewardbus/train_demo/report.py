@@ -27,6 +27,7 @@ from rewardbus.train_demo.plot import Series, plot_curves
 
 __all__ = [
     "RunFacts",
+    "TrainSummary",
     "curve_series",
     "print_summary",
     "resume_markers",
@@ -102,83 +103,131 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def summary(records: Sequence[StepRecord], facts: RunFacts) -> dict[str, Any]:
-    """The run's summary object (printed last with ``--json``)."""
+@dataclass(frozen=True)
+class TrainSummary:
+    """What the train demo found; printed as lines, and as one JSON object with ``--json``."""
+
+    steps: int
+    steps_requested: int
+    window: int
+    reward_mean_first: float
+    reward_mean_last: float
+    reward_mean_by_step: list[float]
+    response_length_by_step: list[float]
+    reward_latency_ms_by_step: list[float]
+    rewards_per_s_by_step: list[float]
+    reward_latency_ms: Percentiles
+    wall_s: float
+    train_s: float
+    steps_per_s: float
+    rewards: int
+    rewards_per_s: float
+    cache_hits: int
+    masked: int
+    verdicts: dict[str, int]
+    alerts: dict[str, int]
+    device: str
+    workers: int
+    strict_sandbox: bool
+    group_size: int
+    tasks: list[str]
+    policy_parameters: int
+    plot: str | None
+    resumed_at: list[int]
+    skipped_batches: int
+    error: str | None
+
+    @property
+    def learned(self) -> bool:
+        """The acceptance bar: the first window at most 0.2, the last at least 0.8."""
+        return self.reward_mean_first <= FIRST_AT_MOST and self.reward_mean_last >= LAST_AT_LEAST
+
+    @property
+    def improved(self) -> bool:
+        """The last window's mean reward above the first's."""
+        return self.reward_mean_last > self.reward_mean_first
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields and ``learned``, as JSON-ready values."""
+        return {**asdict(self), "learned": self.learned}
+
+
+def summary(records: Sequence[StepRecord], facts: RunFacts) -> TrainSummary:
+    """The run's summary."""
     rewards = [r.reward_mean for r in records]
     window = max(1, min(facts.window, len(records)))
     first, last = _mean(rewards[:window]), _mean(rewards[-window:])
     latencies = [r.reward_latency_ms for r in records]
     samples = sum(r.samples for r in records)
     train_s = max(facts.train_s, 1e-9)
-    return {
-        "steps": len(records),
-        "steps_requested": facts.steps_requested,
-        "window": window,
-        "reward_mean_first": round(first, 4),
-        "reward_mean_last": round(last, 4),
-        "reward_mean_by_step": [round(v, 4) for v in rewards],
-        "response_length_by_step": [round(r.response_length, 3) for r in records],
-        "reward_latency_ms_by_step": [round(v, 1) for v in latencies],
-        "rewards_per_s_by_step": [round(r.rewards_per_s, 1) for r in records],
-        "reward_latency_ms": asdict(Percentiles.of(latencies)),
-        "learned": first <= FIRST_AT_MOST and last >= LAST_AT_LEAST,
-        "wall_s": round(facts.wall_s, 2),
-        "train_s": round(facts.train_s, 2),
-        "steps_per_s": round(len(records) / train_s, 3),
-        "rewards": samples,
-        "rewards_per_s": round(samples / train_s, 1),
-        "cache_hits": sum(r.cache_hits for r in records),
-        "masked": sum(r.masked for r in records),
-        "verdicts": dict(sorted(facts.verdicts.items())),
-        "alerts": {kind.value: count for kind, count in facts.alerts.items()},
-        "device": facts.device,
-        "workers": facts.workers,
-        "strict_sandbox": facts.strict,
-        "group_size": facts.group_size,
-        "tasks": list(facts.tasks),
-        "policy_parameters": facts.policy_parameters,
-        "plot": str(facts.plot) if facts.plot is not None else None,
-        "resumed_at": list(facts.resumed_at),
-        "skipped_batches": facts.skipped_batches,
-        "error": facts.error,
-    }
+    return TrainSummary(
+        steps=len(records),
+        steps_requested=facts.steps_requested,
+        window=window,
+        reward_mean_first=round(first, 4),
+        reward_mean_last=round(last, 4),
+        reward_mean_by_step=[round(v, 4) for v in rewards],
+        response_length_by_step=[round(r.response_length, 3) for r in records],
+        reward_latency_ms_by_step=[round(v, 1) for v in latencies],
+        rewards_per_s_by_step=[round(r.rewards_per_s, 1) for r in records],
+        reward_latency_ms=Percentiles.of(latencies),
+        wall_s=round(facts.wall_s, 2),
+        train_s=round(facts.train_s, 2),
+        steps_per_s=round(len(records) / train_s, 3),
+        rewards=samples,
+        rewards_per_s=round(samples / train_s, 1),
+        cache_hits=sum(r.cache_hits for r in records),
+        masked=sum(r.masked for r in records),
+        verdicts=dict(sorted(facts.verdicts.items())),
+        alerts={kind.value: count for kind, count in facts.alerts.items()},
+        device=facts.device,
+        workers=facts.workers,
+        strict_sandbox=facts.strict,
+        group_size=facts.group_size,
+        tasks=list(facts.tasks),
+        policy_parameters=facts.policy_parameters,
+        plot=str(facts.plot) if facts.plot is not None else None,
+        resumed_at=list(facts.resumed_at),
+        skipped_batches=facts.skipped_batches,
+        error=facts.error,
+    )
 
 
-def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
+def print_summary(result: TrainSummary, *, as_json: bool) -> None:
     """A human summary on stdout; with ``as_json`` the summary object as the last line."""
+    mode = "strict" if result.strict_sandbox else "DEGRADED allowed"
     lines = [
         "",
         "rewardbus train-demo — GRPO on a tiny policy, every reward from the sandbox pipeline",
-        f"  steps             {result['steps']}/{result['steps_requested']} on {result['device']}"
-        f" in {result['train_s']} s ({result['steps_per_s']} steps/s; {result['wall_s']} s"
+        f"  steps             {result.steps}/{result.steps_requested} on {result.device}"
+        f" in {result.train_s} s ({result.steps_per_s} steps/s; {result.wall_s} s"
         " with start-up)",
-        f"  mean reward       first {result['window']} steps {result['reward_mean_first']}"
-        f"  ->  last {result['window']} steps {result['reward_mean_last']}",
-        f"  rewards           {result['rewards']} from {result['workers']} sandbox worker"
-        f" processes ({'strict' if result['strict_sandbox'] else 'DEGRADED allowed'}),"
-        f" {result['rewards_per_s']}/s, {result['cache_hits']} cache hits,"
-        f" {result['masked']} masked",
-        f"  reward latency    p50 {result['reward_latency_ms']['p50']} ms"
-        f"   p99 {result['reward_latency_ms']['p99']} ms",
-        f"  verdicts          {result['verdicts']}",
-        f"  alerts            {result['alerts']}",
-        f"  plot              {result['plot']}",
+        f"  mean reward       first {result.window} steps {result.reward_mean_first}"
+        f"  ->  last {result.window} steps {result.reward_mean_last}",
+        f"  rewards           {result.rewards} from {result.workers} sandbox worker"
+        f" processes ({mode}), {result.rewards_per_s}/s, {result.cache_hits} cache hits,"
+        f" {result.masked} masked",
+        f"  reward latency    p50 {result.reward_latency_ms.p50} ms"
+        f"   p99 {result.reward_latency_ms.p99} ms",
+        f"  verdicts          {result.verdicts}",
+        f"  alerts            {result.alerts}",
+        f"  plot              {result.plot}",
         *(
             [
-                f"  resumed           at step {result['resumed_at']},"
-                f" {result['skipped_batches']} batches of the killed process skipped"
+                f"  resumed           at step {result.resumed_at},"
+                f" {result.skipped_batches} batches of the killed process skipped"
             ]
-            if result["resumed_at"]
+            if result.resumed_at
             else []
         ),
-        f"  result            {'LEARNED' if result['learned'] else 'did not reach the bar'}"
+        f"  result            {'LEARNED' if result.learned else 'did not reach the bar'}"
         f" (first <= {FIRST_AT_MOST}, last >= {LAST_AT_LEAST})",
     ]
-    if result["error"]:
-        lines.append(f"  error             {result['error']}")
+    if result.error:
+        lines.append(f"  error             {result.error}")
     print("\n".join(lines), flush=True)
     if as_json:
-        print(json.dumps(result, sort_keys=True), flush=True)
+        print(json.dumps(result.to_json(), sort_keys=True), flush=True)
 
 
 def write_plot(

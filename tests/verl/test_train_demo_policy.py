@@ -236,7 +236,7 @@ def test_summary_and_plot(tmp_path: Path) -> None:
         verdicts=Counter({"accepted": 3}),
         policy_parameters=1,
     )
-    result = summary(records, facts)
+    result = summary(records, facts).to_json()
     assert result["steps"] == 10
     assert result["reward_mean_first"] == pytest.approx(0.1)
     assert result["reward_mean_last"] == pytest.approx(0.9)
@@ -244,6 +244,7 @@ def test_summary_and_plot(tmp_path: Path) -> None:
     assert result["learned"] is True
     assert result["steps_per_s"] == 2.0
     assert result["alerts"] == {"reward_falling": 0, "response_length": 0}
+    assert result["reward_latency_ms"]["p50"] == pytest.approx(104.5)
     path = write_plot(tmp_path / "curves.png", records, title="test", resumed_at=[5])
     png = path.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
