@@ -52,8 +52,10 @@ __all__ = ["FINGERPRINT_VERSION", "fingerprint", "normalize_code"]
 # __lt__, a constant __sub__ or a program's own abs passed them). fp/8: and the links of
 # a chained comparison (``0 <= f(x) < n`` passed with an always-true __le__). fp/9: a
 # function-call test passes only by its returned value (a Python function that replaced
-# json.dumps made its test's record say "accepted", and passed).
-FINGERPRINT_VERSION = "rewardbus-fp/9"
+# json.dumps made its test's record say "accepted", and passed). fp/10: a JavaScript
+# function named ``f``, ``args`` or ``exported`` is found (the call wrapper's own names
+# shadowed it: every test was runtime_error).
+FINGERPRINT_VERSION = "rewardbus-fp/10"
 
 # Canonical language names (Language.name) whose toolchains read CRLF as LF.
 _CRLF_AGNOSTIC = frozenset({"python", "javascript", "java", "go", "rust", "c", "cpp"})

@@ -217,14 +217,19 @@ function callTest(program, args, deadline) {
   context.__rb_args = JSON.stringify(args);
   const name = spec.fn_name;
   const value = vm.runInContext(
+    // The wrapper's own names start with __rb_, so any fn_name (f, args, ...) resolves
+    // to the program's function, never to one of them.
     `(function () {
-       const args = JSON.parse(__rb_args);
-       const exported = module.exports;
-       const f = typeof ${name} !== 'undefined' ? ${name}
-         : (exported && typeof exported.${name} === 'function' ? exported.${name}
-         : (typeof exported === 'function' ? exported : undefined));
-       if (typeof f !== 'function') throw new ReferenceError('function ${name} is not defined');
-       return Array.isArray(args) ? f(...args) : f(args);
+       const __rb_argv = JSON.parse(__rb_args);
+       const __rb_exported = module.exports;
+       const __rb_fn = typeof ${name} !== 'undefined' ? ${name}
+         : (__rb_exported && typeof __rb_exported.${name} === 'function'
+           ? __rb_exported.${name}
+           : (typeof __rb_exported === 'function' ? __rb_exported : undefined));
+       if (typeof __rb_fn !== 'function') {
+         throw new ReferenceError('function ${name} is not defined');
+       }
+       return Array.isArray(__rb_argv) ? __rb_fn(...__rb_argv) : __rb_fn(__rb_argv);
      })()`, context, limits(deadline));
   let text;
   try {

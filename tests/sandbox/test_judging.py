@@ -274,6 +274,15 @@ async def test_a_call_passes_only_by_the_value_it_returns(
     assert "passes only by the value it returns" in event.tests[0].message
 
 
+@pytest.mark.parametrize("name", ["f", "args", "exported", "module"])
+async def test_a_javascript_function_may_have_any_name(executor: Executor, name: str) -> None:
+    """The call wrapper's own names never shadow the function under test (a suite whose
+    ``fn_name`` was ``f`` used to get runtime_error on every test)."""
+    suite = IoSuite(inputs=[[1, 2], [3, 4]], outputs=[3, 8], fn_name=name)
+    code = f"function {name}(a, b) {{ return a + b; }}\n"
+    assert await judge(executor, code, suite, language="javascript") == [AC, WA]
+
+
 async def test_memory_and_output_limits_inside_the_harness(executor: Executor) -> None:
     hog = "def add(a, b):\n    if a == 3:\n        x = bytearray(1 << 30)\n    return a + b\n"
     assert await judge(executor, hog, FN) == [AC, MLE, AC]
