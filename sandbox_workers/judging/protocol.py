@@ -97,6 +97,8 @@ class HarnessRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The harness's own measurements of the test.
     wall_ms: _NonNegative = 0.0
     cpu_ms: _NonNegative = 0.0
+    # Of wall_ms, the time the test waited for a CPU: not charged to the suite's budget.
+    waited_ms: _NonNegative = 0.0
     peak_memory_kb: Annotated[int, msgspec.Meta(ge=0)] = 0
     # exited: how the run ended, and its output (base64).
     exit: int | None = None

@@ -588,6 +588,7 @@ def _stdin_result(record: HarnessRecord, cpu_source: str) -> ExecResult:
         stderr=_unb64(record.stderr),
         wall_ms=record.wall_ms,
         cpu_ms=record.cpu_ms,
+        waited_ms=record.waited_ms,
         peak_memory_kb=record.peak_memory_kb,
         timed_out=timed_out_by is not None,
         memory_exceeded=record.oom,

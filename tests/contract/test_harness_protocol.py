@@ -201,6 +201,9 @@ def test_stdin_tests(tmp_path: Path) -> None:
     assert base64.b64decode(ok.stdout) == b"2\n"
     assert failed.exit == 3 and base64.b64decode(failed.stdout) == b"-4\n"
     assert_timed(ok)
+    # Each test's wait for a CPU reaches the worker, which credits it as the harness does.
+    assert all("waited_ms" in raw for raw in reported.raw), reported.raw
+    assert [r.waited_ms for r in reported.records if r] == [r["waited_ms"] for r in reported.raw]
 
 
 @pytest.mark.parametrize("language", LANGUAGES_WITH_HARNESS)
