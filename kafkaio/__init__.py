@@ -16,12 +16,15 @@ defaults to :class:`AioClients` for their ``KafkaSettings``.
     aio.py         AioClients: those protocols over aiokafka (errors translated)
     fake.py        FakeBroker: the same protocols in memory, for unit tests
     lifecycle.py   Lifecycle (start/stop + async with), running(*parts)
-    topics.py      wait_for_topics, topic_partitions, assign_from, assign_at, ensure_topic(s),
-                   table_spec(s), reply_topic_spec: topics from schemas.TOPIC_TABLE
+    topics.py      wait_for_topics, wait_for_group, topic_partitions, assign_from, assign_at,
+                   ensure_topic(s), table_spec(s), reply_topic_spec: topics from
+                   schemas.TOPIC_TABLE
     produce.py     send_with_retries (bounded retries of retriable produce errors)
     deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
     table.py       CompactedTopicReader: a compacted topic as an in-memory table
     lag.py         partition_lags: consumer lag per partition, for metrics
+    spans.py       send_attributes, process_attributes, completion_attributes: span
+                   attributes by OpenTelemetry's messaging conventions
 
 Errors (``reason`` says what failed; ``retriable`` whether trying again can help)::
 
@@ -66,6 +69,7 @@ from kafkaio.topics import (
     table_spec,
     table_specs,
     topic_partitions,
+    wait_for_group,
     wait_for_topics,
 )
 
@@ -113,5 +117,6 @@ __all__ = [
     "table_spec",
     "table_specs",
     "topic_partitions",
+    "wait_for_group",
     "wait_for_topics",
 ]

@@ -348,3 +348,16 @@ class AioAdmin(_Wrapped):
         """How many brokers the cluster metadata lists."""
         cluster = await _translated(self._client.describe_cluster(), "describe cluster")
         return len(cluster["brokers"])
+
+    async def stable_group_members(self, group_id: str) -> int:
+        """Members of ``group_id`` when its state is Stable, else 0."""
+        described = await _translated(
+            self._client.describe_consumer_groups([group_id]), "describe consumer group"
+        )
+        for response in described:
+            for group in response.groups:
+                # DescribeGroups: (error_code, group_id, state, protocol_type, protocol,
+                # members, ...)
+                if group[2] == "Stable":
+                    return len(group[5])
+        return 0

@@ -384,3 +384,9 @@ class FakeAdmin(_Client):
     async def broker_count(self) -> int:
         """One."""
         return 1
+
+    async def stable_group_members(self, group_id: str) -> int:
+        """The group's members, once the last join or leave has been settled."""
+        if group_id in self._broker._unsettled:
+            return 0
+        return len(self._broker._members.get(group_id, []))

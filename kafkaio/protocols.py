@@ -181,6 +181,11 @@ class Admin(Startable, Protocol):
         """How many brokers the cluster has."""
         ...
 
+    async def stable_group_members(self, group_id: str) -> int:
+        """How many members consumer group ``group_id`` has once stable; 0 while it is
+        rebalancing, empty or unknown."""
+        ...
+
 
 class Clients(Protocol):
     """Makes the clients of one cluster: aiokafka's (:class:`~kafkaio.AioClients`) or the fake's."""

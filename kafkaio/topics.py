@@ -1,4 +1,5 @@
-"""Waiting for topics, and creating those that may not exist yet (from the topic table)."""
+"""Waiting for topics and groups, and creating the topics that may not exist yet (from the
+topic table)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 
-from kafkaio.errors import TopicNotFound
+from kafkaio.errors import KafkaIOError, TopicNotFound
 from kafkaio.lifecycle import running
 from kafkaio.options import TopicInfo, TopicSpec
 from kafkaio.protocols import Admin, Clients, Consumer
@@ -22,6 +23,7 @@ __all__ = [
     "table_spec",
     "table_specs",
     "topic_partitions",
+    "wait_for_group",
     "wait_for_topics",
 ]
 
@@ -46,6 +48,27 @@ async def wait_for_topics(
             raise TopicNotFound(
                 f"topics do not exist after {timeout_s:g} s: {absent} (create them first)"
             )
+        await asyncio.sleep(poll_s)
+
+
+async def wait_for_group(
+    admin: Admin, group_id: str, members: int, *, timeout_s: float, poll_s: float = 0.1
+) -> None:
+    """Return once consumer group ``group_id`` is stable with at least ``members`` members.
+
+    A retriable error (a coordinator still loading on a new broker) is waited out; raises
+    :class:`TimeoutError` after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if await admin.stable_group_members(group_id) >= members:
+                return
+        except KafkaIOError as exc:
+            if not exc.retriable:
+                raise
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"fewer than {members} members joined {group_id!r}")
         await asyncio.sleep(poll_s)
 
 

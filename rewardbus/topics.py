@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
-
 import kafkaio
 from kafkaio import AioClients, Clients, running, table_specs
 from schemas import KafkaSettings, Replication
@@ -45,30 +39,6 @@ async def await_group_members(
     kafka: KafkaSettings, group_id: str, members: int, *, timeout_s: float = 60.0
 ) -> None:
     """Wait until consumer group ``group_id`` is stable with at least ``members`` members."""
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            try:
-                described = await admin.describe_consumer_groups([group_id])
-            except KafkaError as exc:
-                if not exc.retriable:  # e.g. the coordinator is still loading on a new broker
-                    raise
-            else:
-                if _stable_members(described) >= members:
-                    return
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"fewer than {members} members joined {group_id!r}")
-            await asyncio.sleep(0.1)
-    finally:
-        await admin.close()
-
-
-def _stable_members(described: list[Any]) -> int:
-    for response in described:
-        for group in response.groups:
-            # DescribeGroups: (error_code, group_id, state, protocol_type, protocol, members, ..)
-            if group[2] == "Stable":
-                return len(group[5])
-    return 0
+    admin = AioClients(kafka).admin()
+    async with running(admin):
+        await kafkaio.wait_for_group(admin, group_id, members, timeout_s=timeout_s)

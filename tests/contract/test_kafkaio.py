@@ -6,6 +6,7 @@ What the components rely on from the seam is pinned here, so a unit test on
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -31,6 +32,7 @@ from kafkaio import (
     running,
     table_specs,
     topic_partitions,
+    wait_for_group,
     wait_for_topics,
 )
 from schemas import DeadLetter, KafkaSettings, Topics, decode
@@ -214,6 +216,36 @@ async def test_a_joining_member_makes_the_first_revoke_then_share(clients: Clien
     assert moves[:2] == [("assigned", everything), ("revoked", everything)]
     assert a.events[-1][0] == "assigned" and len(a.events[-1][1]) == 1
     assert b.events[-1][0] == "assigned" and len(b.events[-1][1]) == 1
+
+
+async def test_a_group_is_awaited_until_it_is_stable_with_its_members(clients: Clients) -> None:
+    t = await topic(clients, partitions=2)
+    group = name("g")
+    first, second = clients.consumer(in_group(group)), clients.consumer(in_group(group))
+    admin = clients.admin()
+
+    async def consume_until(members: int) -> None:
+        # Members join (and heartbeat) only while they poll: poll while the group is awaited.
+        async def poll() -> None:
+            while True:
+                await first.getmany(timeout_ms=50)
+                await second.getmany(timeout_ms=50)
+
+        polling = asyncio.create_task(poll())
+        try:
+            await wait_for_group(admin, group, members, timeout_s=60)
+        finally:
+            polling.cancel()
+
+    async with running(admin):
+        assert await admin.stable_group_members(group) == 0  # no such group yet
+        first.subscribe([t])
+        second.subscribe([t])
+        async with running(first, second):
+            await consume_until(2)
+            assert await admin.stable_group_members(group) == 2
+            with pytest.raises(TimeoutError, match=f"fewer than 3 members joined '{group}'"):
+                await wait_for_group(admin, group, 3, timeout_s=0.3)
 
 
 async def test_admin_describes_creates_and_deletes_topics(clients: Clients) -> None:

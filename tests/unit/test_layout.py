@@ -112,6 +112,39 @@ def test_the_seam_imports_only_schemas_of_ours() -> None:
     assert offenders == {}
 
 
+def test_only_the_seam_imports_aiokafka() -> None:
+    """Not the app shell either: its topic creation and group waits go through kafkaio."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for package in ROOTS
+        if package != "kafkaio"
+        for p in sources(package)
+        if "aiokafka" in imported(p)
+    ]
+    assert offenders == []
+
+
+def test_schemas_import_nothing_of_ours() -> None:
+    ours = set(ROOTS) - {"schemas"}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(imported(p) & ours)
+        for p in sources("schemas")
+        if imported(p) & ours
+    }
+    assert offenders == {}
+
+
+def test_only_the_telemetry_module_configures_the_opentelemetry_sdk() -> None:
+    """Components ask the API for tracers and meters; one module sets up the SDK."""
+    configuring = {
+        str(p.relative_to(ROOT))
+        for package in ROOTS
+        for p in sources(package)
+        if any(name.startswith("opentelemetry.sdk") for name in imported_modules(p))
+    }
+    assert configuring == {"rewardbus/telemetry.py"}
+
+
 def test_the_warm_pool_never_imports_the_jail() -> None:
     """One way only: the jail wires the pool in (``sandbox_workers.jail.zygotes``).
 
