@@ -76,6 +76,7 @@ def _clients(settings: VerlRewardSettings) -> SharedRewardClients:
             bootstrap_servers=settings.bootstrap_servers,
             topics=Topics(prefix=settings.topic_prefix),
             client_id="rewardbus-verl",
+            security_protocol=settings.security_protocol,
         )
         config = RewardClientConfig(
             max_in_flight=settings.max_in_flight,

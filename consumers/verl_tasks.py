@@ -40,6 +40,7 @@ from typing import Any
 from consumers.errors import ConsumerError
 from schemas import (
     COMPARE_MODES,
+    ENV_BOOTSTRAP,
     AssertSuite,
     Compare,
     Completion,
@@ -49,6 +50,7 @@ from schemas import (
     RewardEvent,
     TestSuite,
     Verdict,
+    kafka_settings,
     suite_digest,
 )
 
@@ -66,8 +68,6 @@ __all__ = [
     "task_from_verl",
 ]
 
-ENV_BOOTSTRAP = "REWARDBUS_BOOTSTRAP_SERVERS"
-ENV_TOPIC_PREFIX = "REWARDBUS_TOPIC_PREFIX"
 # The Completion.attributes key of the response's length in tokens; the workers read
 # the same key (sandbox_workers.metrics, which may not import this package).
 RESPONSE_LENGTH_ATTRIBUTE = "response_length"
@@ -90,7 +90,8 @@ REWARD_EXTRA_KEYS = (
 # The options verl's config may give (reward.reward_kwargs.rewardbus.*).
 SETTING_KEYS = frozenset(
     {
-        "bootstrap_servers", "topic_prefix", "sample_timeout_s", "failure_score",
+        "bootstrap_servers", "topic_prefix", "security_protocol", "sample_timeout_s",
+        "failure_score",
         "default_language", "time_limit_s", "memory_limit_mb", "max_in_flight",
         "reply_replication_factor",
     }
@@ -109,12 +110,14 @@ class VerlRewardSettings:
     """How the verl integration reaches rewardbus and scores what cannot be judged.
 
     Read once from verl's config (``reward.reward_kwargs.rewardbus``, or the
-    ``reward_kwargs`` of ``custom_reward_function``), with the cluster address
-    falling back to ``REWARDBUS_BOOTSTRAP_SERVERS`` so Ray actors can inherit it.
+    ``reward_kwargs`` of ``custom_reward_function``), with the cluster falling back
+    to the ``REWARDBUS_*`` environment (:func:`schemas.kafka_settings`) so Ray actors
+    can inherit it.
     """
 
     bootstrap_servers: str
     topic_prefix: str = ""
+    security_protocol: str = "PLAINTEXT"
     # A sample that has no reward by then gets failure_score, flagged timed_out.
     sample_timeout_s: float = 300.0
     # The score of a sample whose reward is an infrastructure failure (timeout,
@@ -134,21 +137,26 @@ class VerlRewardSettings:
             raise ValueError(
                 f"unknown rewardbus reward options {unknown} (known: {sorted(SETTING_KEYS)})"
             )
-        servers = options.get("bootstrap_servers") or env.get(ENV_BOOTSTRAP)
-        if not servers:
+        kafka = kafka_settings(
+            env,
+            bootstrap=options.get("bootstrap_servers"),
+            topic_prefix=_optional_str(options.get("topic_prefix")),
+            security_protocol=options.get("security_protocol"),
+        )
+        if kafka is None:
             raise ValueError(
                 "rewardbus needs a Kafka cluster: set reward.reward_kwargs.rewardbus."
                 f"bootstrap_servers or {ENV_BOOTSTRAP}"
             )
-        prefix = options.get("topic_prefix")
         limits = Limits(
             time_s=float(options.get("time_limit_s", Limits().time_s)),
             memory_mb=int(options.get("memory_limit_mb", Limits().memory_mb)),
         )
         replication = options.get("reply_replication_factor")
         return cls(
-            bootstrap_servers=str(servers),
-            topic_prefix=str(prefix if prefix is not None else env.get(ENV_TOPIC_PREFIX, "")),
+            bootstrap_servers=kafka.bootstrap_servers,
+            topic_prefix=kafka.topics.prefix,
+            security_protocol=kafka.security_protocol,
             sample_timeout_s=float(options.get("sample_timeout_s", 300.0)),
             failure_score=float(options.get("failure_score", 0.0)),
             default_language=str(options.get("default_language", "python")),
@@ -156,6 +164,10 @@ class VerlRewardSettings:
             max_in_flight=int(options.get("max_in_flight", 4096)),
             reply_replication_factor=None if replication is None else int(replication),
         )
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)

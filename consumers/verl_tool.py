@@ -52,10 +52,9 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from consumers.replies import process_clients
 from consumers.tool_client import SharedToolClients, ToolClientConfig
-from consumers.verl_tasks import ENV_BOOTSTRAP, ENV_TOPIC_PREFIX
 from kafkaio import KafkaIOError
 from producers import PublishError
-from schemas import KafkaSettings, Topics
+from schemas import ENV_BOOTSTRAP, KafkaSettings, Topics, kafka_settings
 from schemas.tools import ToolLimits, ToolResult
 
 __all__ = [
@@ -125,13 +124,18 @@ class ToolSettings:
             raise ValueError(
                 f"unknown rewardbus tool options {unknown} (known: {sorted(CONFIG_KEYS)})"
             )
-        servers = config.get("bootstrap_servers") or env.get(ENV_BOOTSTRAP)
-        if not servers:
+        topic_prefix = config.get("topic_prefix")
+        kafka = kafka_settings(
+            env,
+            bootstrap=config.get("bootstrap_servers"),
+            topic_prefix=None if topic_prefix is None else str(topic_prefix),
+            security_protocol=config.get("security_protocol"),
+        )
+        if kafka is None:
             raise ValueError(
                 "the rewardbus tool needs a Kafka cluster: set bootstrap_servers in its "
                 f"config or {ENV_BOOTSTRAP}"
             )
-        prefix = config.get("topic_prefix")
         defaults = ToolLimits()
         limits = ToolLimits(
             time_s=float(config.get("time_s", defaults.time_s)),
@@ -144,9 +148,9 @@ class ToolSettings:
         if STATEFUL_LANGUAGE not in languages:
             raise ValueError(f"languages {list(languages)} must include {STATEFUL_LANGUAGE!r}")
         return cls(
-            bootstrap_servers=str(servers),
-            topic_prefix=str(prefix if prefix is not None else env.get(ENV_TOPIC_PREFIX, "")),
-            security_protocol=str(config.get("security_protocol", "PLAINTEXT")),
+            bootstrap_servers=kafka.bootstrap_servers,
+            topic_prefix=kafka.topics.prefix,
+            security_protocol=kafka.security_protocol,
             client_options=tuple(sorted(dict(config.get("client_options") or {}).items())),
             limits=limits,
             timeout_s=float(config.get("timeout_s", 60.0)),

@@ -40,7 +40,13 @@ from schemas.messages import (
 )
 from schemas.outcomes import BoundedOutcomes, bound_outcomes, bounded_reward
 from schemas.paths import CACHE_ENV, cache_root
-from schemas.settings import KafkaSettings
+from schemas.settings import (
+    ENV_BOOTSTRAP,
+    ENV_SECURITY,
+    ENV_TOPIC_PREFIX,
+    KafkaSettings,
+    kafka_settings,
+)
 from schemas.state import (
     AggregatorRecord,
     BatchRecord,
@@ -80,6 +86,9 @@ __all__ = [
     "CONTENT_TYPE",
     "DEAD_LETTER_ERROR_TYPES",
     "DEAD_LETTER_STAGES",
+    "ENV_BOOTSTRAP",
+    "ENV_SECURITY",
+    "ENV_TOPIC_PREFIX",
     "MAX_RECORD_BYTES",
     "REBUILD_REASONS",
     "REPLICATED",
@@ -141,6 +150,7 @@ __all__ = [
     "header",
     "inject_context",
     "is_canary_batch",
+    "kafka_settings",
     "program_sample_id",
     "state_key",
     "suite_digest",

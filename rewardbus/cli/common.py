@@ -6,9 +6,8 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rewardbus.cli.settings import ENV_BOOTSTRAP, ENV_TOPIC_PREFIX, kafka_settings
 from rewardbus.errors import UsageError
-from schemas import KafkaSettings
+from schemas import ENV_BOOTSTRAP, ENV_TOPIC_PREFIX, KafkaSettings, kafka_settings
 
 if TYPE_CHECKING:
     from rewardbus.telemetry import Telemetry

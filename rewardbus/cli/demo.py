@@ -9,9 +9,9 @@ import sys
 from collections.abc import Mapping
 
 from rewardbus.cli.common import Subcommands, add_kafka_flags, kafka_or_none
-from rewardbus.cli.settings import ENV_BOOTSTRAP
 from rewardbus.cli.shutdown import shutdown_future
 from rewardbus.errors import Unavailable, UsageError
+from schemas import ENV_BOOTSTRAP
 
 __all__ = ["add_parser", "run"]
 

@@ -11,7 +11,7 @@ from rewardbus import cli
 from rewardbus.canary.command import CanaryOptions
 from rewardbus.cli import canary
 from rewardbus.cli.common import kafka_or_none
-from rewardbus.cli.settings import kafka_settings
+from schemas import kafka_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from consumers.verl_tasks import SOURCE_COMPARE, VerlInputError, suite_from_ground_truth
+from consumers.verl_tasks import (
+    SOURCE_COMPARE,
+    VerlInputError,
+    VerlRewardSettings,
+    suite_from_ground_truth,
+)
 from schemas import IoSuite
 
 STDIN_GT = json.dumps({"inputs": ["3\n"], "outputs": ["0.333333\n"]})
@@ -51,3 +56,28 @@ def test_extra_info_overrides_the_source_default() -> None:
 def test_an_unknown_compare_mode_is_refused_by_name() -> None:
     with pytest.raises(VerlInputError, match="'fuzzy' is not one of exact, tokens, float"):
         _io(STDIN_GT, {"compare": "fuzzy"}, "apps")
+
+
+ENV = {
+    "REWARDBUS_BOOTSTRAP_SERVERS": "env:9092",
+    "REWARDBUS_TOPIC_PREFIX": "env.",
+    "REWARDBUS_SECURITY_PROTOCOL": "SSL",
+}
+
+
+def test_the_reward_settings_read_the_environment_as_the_cli_does() -> None:
+    """verl's actors inherit the cluster from the environment, security protocol too
+    (the reward path used to drop it and connect in PLAINTEXT); options win."""
+    inherited = VerlRewardSettings.from_options({}, ENV)
+    assert (inherited.bootstrap_servers, inherited.topic_prefix) == ("env:9092", "env.")
+    assert inherited.security_protocol == "SSL"
+    given = VerlRewardSettings.from_options(
+        {"bootstrap_servers": "b:1", "topic_prefix": "", "security_protocol": "SASL_SSL"}, ENV
+    )
+    assert (given.bootstrap_servers, given.topic_prefix, given.security_protocol) == (
+        "b:1",
+        "",
+        "SASL_SSL",
+    )
+    with pytest.raises(ValueError, match="REWARDBUS_BOOTSTRAP_SERVERS"):
+        VerlRewardSettings.from_options({}, {})

@@ -43,7 +43,7 @@ import consumers.replies as replies
 import consumers.verl_tool as verl_tool
 from benchmarks.verl_harness import GENERATED_CONFIG
 from consumers.tool_client import SharedToolClients
-from consumers.verl_tool import RewardbusCodeTool, render_result
+from consumers.verl_tool import RewardbusCodeTool, ToolSettings, render_result
 from kafkaio import KafkaIOError
 from producers import PublishError
 from rewardbus.tokenizer import build_tokenizer
@@ -407,3 +407,21 @@ def test_long_output_is_cut_and_the_cut_is_marked() -> None:
     assert only_stdout == "o" * 100 + "\n[... 200 characters cut]\n[time limit exceeded: 5 s CPU]"
     short_stdout = render_result(_result("error", "o" * 10, "e" * 300), LIMITS, max_chars=100)
     assert short_stdout == "o" * 10 + "\n[210 characters cut ...]\n" + "e" * 90
+
+
+def test_the_tool_reads_the_environment_as_the_cli_does() -> None:
+    env = {
+        "REWARDBUS_BOOTSTRAP_SERVERS": "env:9092",
+        "REWARDBUS_TOPIC_PREFIX": "env.",
+        "REWARDBUS_SECURITY_PROTOCOL": "SSL",
+    }
+    kafka = ToolSettings.from_config({}, env).kafka()
+    assert (kafka.bootstrap_servers, kafka.topics.prefix, kafka.security_protocol) == (
+        "env:9092",
+        "env.",
+        "SSL",
+    )
+    given = ToolSettings.from_config({"topic_prefix": "", "security_protocol": "SSL"}, env)
+    assert (given.topic_prefix, given.security_protocol) == ("", "SSL")
+    with pytest.raises(ValueError, match="REWARDBUS_BOOTSTRAP_SERVERS"):
+        ToolSettings.from_config({}, {})
