@@ -40,6 +40,7 @@ from kafkaio import (
     Rebalance,
     Record,
     TopicPartition,
+    delivered_attributes,
     partition_lags,
     process_attributes,
     running,
@@ -337,14 +338,13 @@ class _Aggregator:
             kind=SpanKind.PRODUCER,
             links=links,
             attributes={
-                **send_attributes(self._topics.scored),
+                **send_attributes(self._topics.scored, key=batch.batch_id),
                 "rewardbus.batch_id": batch.batch_id,
                 "rewardbus.batch.size": len(batch.samples),
                 "rewardbus.batch.missing": len(batch.missing),
                 "rewardbus.batch.masked": len(batch.masked),
                 "rewardbus.batch.complete": batch.complete,
                 "rewardbus.policy_version": batch.policy_version,
-                "messaging.kafka.message.key": batch.batch_id,
             },
         ) as span:
             if not batch.complete:  # emitted at its deadline: some samples never came
@@ -357,8 +357,7 @@ class _Aggregator:
                 key=batch.batch_id.encode(),
                 headers=inject_context([CONTENT_TYPE]),
             )
-            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
-            span.set_attribute("messaging.kafka.offset", delivery.offset)
+            span.set_attributes(delivered_attributes(delivery))
         self._metrics.batches.add(1, {"complete": batch.complete})
         self._gauges.scored(batch)
         log.info(

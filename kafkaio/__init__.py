@@ -23,8 +23,9 @@ defaults to :class:`AioClients` for their ``KafkaSettings``.
     deadletter.py  DeadLetterWriter: a record that cannot be processed, with the reason
     table.py       CompactedTopicReader: a compacted topic as an in-memory table
     lag.py         partition_lags: consumer lag per partition, for metrics
-    spans.py       send_attributes, process_attributes, completion_attributes: span
-                   attributes by OpenTelemetry's messaging conventions
+    spans.py       send_attributes, delivered_attributes, process_attributes,
+                   completion_attributes: span attributes by OpenTelemetry's
+                   messaging conventions
 
 Errors (``reason`` says what failed; ``retriable`` whether trying again can help)::
 
@@ -56,6 +57,7 @@ from kafkaio.records import Delivery, Record, TopicPartition
 from kafkaio.spans import (
     SpanAttributes,
     completion_attributes,
+    delivered_attributes,
     process_attributes,
     send_attributes,
 )
@@ -106,6 +108,7 @@ __all__ = [
     "assign_at",
     "assign_from",
     "completion_attributes",
+    "delivered_attributes",
     "ensure_topic",
     "ensure_topics",
     "partition_lags",

@@ -7,10 +7,16 @@ same way; the completion attributes name a sample on every span about it.
 
 from __future__ import annotations
 
-from kafkaio.records import Record
+from kafkaio.records import Delivery, Record
 from schemas import Completion
 
-__all__ = ["SpanAttributes", "completion_attributes", "process_attributes", "send_attributes"]
+__all__ = [
+    "SpanAttributes",
+    "completion_attributes",
+    "delivered_attributes",
+    "process_attributes",
+    "send_attributes",
+]
 
 SpanAttributes = dict[str, str | int]
 
@@ -29,6 +35,14 @@ def send_attributes(
     if key is not None:
         attributes["messaging.kafka.message.key"] = key
     return attributes
+
+
+def delivered_attributes(delivery: Delivery) -> SpanAttributes:
+    """What a producer span learns once the broker acknowledged its record: where it went."""
+    return {
+        "messaging.destination.partition.id": str(delivery.partition),
+        "messaging.kafka.offset": delivery.offset,
+    }
 
 
 def process_attributes(record: Record, group_id: str) -> SpanAttributes:

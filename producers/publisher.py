@@ -28,6 +28,7 @@ from kafkaio import (
     Producer,
     ProducerOptions,
     completion_attributes,
+    delivered_attributes,
     send_attributes,
 )
 from producers.errors import PublishError
@@ -212,8 +213,7 @@ class RolloutProducer(Lifecycle):
                     key=call.session_id.encode(),
                     headers=inject_context([CONTENT_TYPE]),
                 )
-            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
-            span.set_attribute("messaging.kafka.offset", delivery.offset)
+            span.set_attributes(delivered_attributes(delivery))
 
     async def _send_completion(self, completion: Completion) -> asyncio.Future[Delivery]:
         if completion.reply_topic is None:  # its reward goes to the aggregator
@@ -291,7 +291,7 @@ def _end_publish(
     if delivery is not None and not delivery.cancelled():
         error = delivery.exception()
         if error is None:
-            span.set_attribute("messaging.kafka.offset", delivery.result().offset)
+            span.set_attributes(delivered_attributes(delivery.result()))
     if error is not None:
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, str(error)[:200]))

@@ -30,6 +30,7 @@ from kafkaio import (
     Record,
     TopicPartition,
     completion_attributes,
+    delivered_attributes,
     process_attributes,
     send_attributes,
     send_with_retries,
@@ -241,8 +242,7 @@ class RecordJudge:
                 )
             except ProduceError as exc:
                 raise RewardUndeliverable(exc.reason) from exc
-            span.set_attribute("messaging.destination.partition.id", str(delivery.partition))
-            span.set_attribute("messaging.kafka.offset", delivery.offset)
+            span.set_attributes(delivered_attributes(delivery))
         self._stats.rewarded += 1
         self._stats.verdicts[str(event.verdict)] += 1
 
@@ -308,8 +308,7 @@ def queue_span(record: Record, produced: Context) -> None:
         start_time=start,
         attributes={
             "rewardbus.queue_ms": round((end - start) / 1e6, 3),
-            "messaging.destination.partition.id": str(record.partition),
-            "messaging.kafka.offset": record.offset,
+            **delivered_attributes(record),
         },
     )
     span.end(end_time=end)

@@ -38,6 +38,7 @@ from kafkaio import (
     Producer,
     Record,
     TopicPartition,
+    delivered_attributes,
     process_attributes,
     running,
     send_attributes,
@@ -196,7 +197,7 @@ class ToolService:
                 attempts=self._worker.produce_attempts,
                 backoff_s=self._worker.produce_retry_backoff_s,
             )
-            span.set_attribute("messaging.kafka.offset", delivery.offset)
+            span.set_attributes(delivered_attributes(delivery))
 
     async def _dead_letter(
         self,
