@@ -53,6 +53,7 @@ from schemas import (
     kafka_settings,
     suite_digest,
 )
+from schemas.markdown import has_fence
 
 __all__ = [
     "RESPONSE_LENGTH_ATTRIBUTE",
@@ -211,8 +212,8 @@ def task_from_verl(
         # verl's prime_code judges an unfenced response as the program itself (a
         # completion-style model writes bare code); a fenced one goes to the
         # worker's extraction (the last block in the language).
-        response=solution_str if _fenced(solution_str) else None,
-        code=None if _fenced(solution_str) else solution_str,
+        response=solution_str if has_fence(solution_str) else None,
+        code=None if has_fence(solution_str) else solution_str,
         problem_id=problem_id,
         tests_digest=digest,
         limits=_limits(info, settings.limits),
@@ -395,10 +396,6 @@ def _text(value: Any) -> str:
     if isinstance(value, list):  # some datasets store stdin as a list of lines
         return "\n".join(str(line) for line in value)
     return str(value)
-
-
-def _fenced(response: str) -> bool:
-    return "```" in response or "~~~" in response
 
 
 def _plain(value: Any) -> Any:

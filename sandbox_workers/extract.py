@@ -12,21 +12,14 @@ all there. A completion that carries ``code`` submits that instead
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandbox_workers.languages import lookup
 from schemas import Completion
+from schemas.markdown import FENCE_OPENING
 
 __all__ = ["CodeBlock", "extract_code", "fenced_blocks", "program_of"]
-
-# ``` or ~~~ (3 or more), then an info string whose first word is the language
-# tag. Unlike CommonMark, any indentation is accepted: models nest fences in
-# list items ("1. Solution:\n    ```python"). Every quantifier is possessive: with
-# backtracking, "```" + spaces + "`" (or a run of "~") took time quadratic in the
-# line, and a 1 MB line wedged the worker's event loop (hence its heartbeats) for hours.
-_OPENING = re.compile(r"^[ \t]*+(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
 @dataclass(frozen=True)
@@ -44,7 +37,7 @@ def fenced_blocks(text: str) -> list[CodeBlock]:
     lines = text.splitlines()
     index = 0
     while index < len(lines):
-        opening = _OPENING.match(lines[index])
+        opening = FENCE_OPENING.match(lines[index])
         if opening is None:
             index += 1
             continue

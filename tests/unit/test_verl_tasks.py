@@ -11,6 +11,7 @@ from consumers.verl_tasks import (
     VerlInputError,
     VerlRewardSettings,
     suite_from_ground_truth,
+    task_from_verl,
 )
 from schemas import IoSuite
 
@@ -81,3 +82,30 @@ def test_the_reward_settings_read_the_environment_as_the_cli_does() -> None:
     )
     with pytest.raises(ValueError, match="REWARDBUS_BOOTSTRAP_SERVERS"):
         VerlRewardSettings.from_options({}, {})
+
+
+@pytest.mark.parametrize(
+    ("solution", "as_code"),
+    [
+        ('print("```")\n', True),  # a bare program with a fence inside a string literal
+        ("x = '~~~ tilde'\nprint(x)\n", True),
+        ("Here it is:\n```python\nprint(1)\n```\n", False),
+        ("1. Solution:\n    ~~~\n    print(1)\n    ~~~\n", False),
+    ],
+)
+def test_a_response_is_markdown_only_when_a_line_opens_a_fence(
+    solution: str, as_code: bool
+) -> None:
+    """The worker extracts only fences that open a line; a bare program with three
+    backticks inside a line used to be sent as Markdown, and no code was found in it."""
+    task = task_from_verl(
+        sample_id="s",
+        solution_str=solution,
+        ground_truth=json.dumps({"inputs": [""], "outputs": ["1\n"]}),
+        extra_info=None,
+        settings=VerlRewardSettings(bootstrap_servers="b:1"),
+    )
+    completion = task.completion
+    assert (completion.code, completion.response) == (
+        (solution, None) if as_code else (None, solution)
+    )
