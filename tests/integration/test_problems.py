@@ -5,10 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from kafkaio import AioClients, ProducerOptions, running
 from producers import RolloutProducer
 from rewardbus.topics import ensure_topics
 from sandbox_workers.problems import (
@@ -27,6 +25,7 @@ from schemas import (
     encode,
     suite_digest,
 )
+from tests.support.broker_state import topic_configs
 
 pytestmark = pytest.mark.integration
 
@@ -50,16 +49,7 @@ async def publish(kafka: KafkaSettings, *records: ProblemRecord) -> None:
 
 async def test_problems_topic_is_compacted(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, kafka.topics.problems)]
-        )
-    finally:
-        await admin.close()
-    (resource,) = responses[0].resources
-    config = {entry[0]: entry[1] for entry in resource[4]}
+    config = (await topic_configs(kafka, [kafka.topics.problems]))[kafka.topics.problems]
     assert config["cleanup.policy"] == "compact"
 
 
@@ -138,15 +128,12 @@ async def test_a_table_that_cannot_catch_up_in_time_is_a_transient_fault_not_not
 async def test_corrupt_records_are_skipped(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
     wrong_digest = ProblemRecord(problem_id="forged", digest=suite_digest(ADD), tests=ADD_V2)
-    producer = AIOKafkaProducer(**kafka.client_kwargs())
-    await producer.start()
-    try:
+    producer = AioClients(kafka).producer(ProducerOptions())
+    async with running(producer):
         topic = kafka.topics.problems
         await producer.send_and_wait(topic, b"\xc1 not msgpack", key=b"garbage")
         await producer.send_and_wait(topic, encode(wrong_digest), key=b"forged")
         await producer.send_and_wait(topic, encode(problem("add", ADD)), key=b"not-add")
-    finally:
-        await producer.stop()
     async with ProblemStore(kafka) as store:
         await store.wait_caught_up(30)
         assert store.stats.corrupt == 3
@@ -161,12 +148,9 @@ async def test_a_tombstone_withdraws_a_problem(kafka: KafkaSettings) -> None:
     await publish(kafka, problem("add", ADD))
     async with ProblemStore(kafka) as store:
         await store.wait_caught_up(30)
-        producer = AIOKafkaProducer(**kafka.client_kwargs())
-        await producer.start()
-        try:
+        producer = AioClients(kafka).producer(ProducerOptions())
+        async with running(producer):
             await producer.send_and_wait(kafka.topics.problems, None, key=b"add")
-        finally:
-            await producer.stop()
         await store.wait_caught_up(30)
         with pytest.raises(ProblemNotFound):
             await store.resolve(referencing("add"))

@@ -7,10 +7,8 @@ import time
 import timeit
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from kafkaio import AioClients, ProducerOptions, running
 from rewardbus.topics import ensure_topics
 from sandbox_workers.cache_policy import to_cached
 from sandbox_workers.fingerprint import fingerprint
@@ -27,6 +25,7 @@ from schemas import (
     encode,
     suite_digest,
 )
+from tests.support.broker_state import topic_configs
 from tests.support.poll import until
 
 pytestmark = pytest.mark.integration
@@ -57,20 +56,10 @@ def new_cache(kafka: KafkaSettings, worker_id: str) -> ClusterResultCache:
     return ClusterResultCache(kafka, LocalResultCache(16 << 20), worker_id=worker_id)
 
 
-async def topic_config(kafka: KafkaSettings, topic: str) -> dict[str, str]:
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    finally:
-        await admin.close()
-    (resource,) = responses[0].resources
-    return {entry[0]: entry[1] for entry in resource[4]}
-
-
 async def test_result_cache_topic_is_compacted_and_expires(kafka: KafkaSettings) -> None:
     await ensure_topics(kafka, partitions=4)
-    config = await topic_config(kafka, kafka.topics.result_cache)
+    topic = kafka.topics.result_cache
+    config = (await topic_configs(kafka, [topic]))[topic]
     assert set(config["cleanup.policy"].split(",")) == {"compact", "delete"}
     assert int(config["retention.ms"]) == 7 * 24 * 3600 * 1000
 
@@ -139,9 +128,8 @@ async def test_only_trustworthy_entries_are_shared(kafka: KafkaSettings) -> None
     refused = fp_of("while True: pass\n")
     forged = fp_of("import os\n")
     good = fp_of("print(5)\n")
-    producer = AIOKafkaProducer(**kafka.client_kwargs())
-    await producer.start()
-    try:
+    producer = AioClients(kafka).producer(ProducerOptions())
+    async with running(producer):
         topic = kafka.topics.result_cache
         # Garbage, a forged time limit, a key that is not the entry's fingerprint.
         await producer.send_and_wait(topic, b"\xc1 not msgpack", key=b"garbage")
@@ -150,8 +138,6 @@ async def test_only_trustworthy_entries_are_shared(kafka: KafkaSettings) -> None
             topic, encode(to_cached(forged, timed_out)), key=forged.encode()
         )
         await producer.send_and_wait(topic, encode(to_cached(good, accepted())), key=b"other")
-    finally:
-        await producer.stop()
     async with new_cache(kafka, "w-a") as a, new_cache(kafka, "w-b") as b:
         assert not await a.put(refused, RewardEvent(sample_id="y", verdict=Verdict.TIME_LIMIT))
         assert await a.put(good, accepted())
@@ -170,12 +156,9 @@ async def test_a_tombstone_withdraws_an_entry(kafka: KafkaSettings) -> None:
         await a.put(fp, accepted())
         await until(lambda: a.stats.produced == 1, "the broker to ack the entry", timeout_s=30)
         await a.wait_caught_up(30)
-        producer = AIOKafkaProducer(**kafka.client_kwargs())
-        await producer.start()
-        try:
+        producer = AioClients(kafka).producer(ProducerOptions())
+        async with running(producer):
             await producer.send_and_wait(kafka.topics.result_cache, None, key=fp.encode())
-        finally:
-            await producer.stop()
         await a.wait_caught_up(30)
         assert fp not in a.local
 

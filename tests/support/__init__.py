@@ -3,6 +3,7 @@
     poll.py      until / until_sync: wait for a condition against a deadline, never a sleep
     stages.py    the worker and aggregator run in the test's process (running(...)); stop_process
     reading.py   read a topic: everything on it now, or until enough has arrived; end offsets
+    broker_state.py  what the seam does not ask: topic configs, committed offsets, group members
     metrics.py   what an OpenTelemetry meter counted
     otlp.py      an OTLP/HTTP receiver in a thread: what a service exports
     tool_sessions.py  test doubles of live tool sessions (exec in a dict; an unjailed
