@@ -10,14 +10,12 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import kafkaio
 from consumers import ScoredBatches, grpo_advantages
-from kafkaio import AioClients, ensure_topics, table_spec
+from kafkaio import AioClients, ProducerOptions, ensure_topics, table_spec
 from schemas import (
     BatchManifest,
     DeadLetter,
@@ -33,6 +31,7 @@ from schemas import (
     header,
     inject_context,
 )
+from tests.support.broker_state import committed_offsets
 from tests.support.poll import until
 from tests.support.reading import read_topic, read_until
 from tests.support.stages import aggregator, group_of, running
@@ -87,28 +86,22 @@ async def produce(
     key: str | None = None,
     headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
-    producer = AIOKafkaProducer(**kafka.client_kwargs(), acks="all")
-    await producer.start()
-    try:
+    # Not idempotent, so no producer-id round trip at each start: a test's deadline (2 s
+    # for the late batch) runs from before the aggregator starts.
+    producer = AioClients(kafka).producer(ProducerOptions(idempotent=False))
+    async with kafkaio.running(producer):
         for item in items:
             value = item if isinstance(item, bytes) else encode(item)
             batch_key = key if isinstance(item, bytes) else item.batch_id
             await producer.send_and_wait(
                 topic, value, key=(batch_key or "").encode(), headers=headers or []
             )
-    finally:
-        await producer.stop()
 
 
 async def committed_rewards(kafka: KafkaSettings) -> int:
     """How many reward records the aggregator's group has committed, over all partitions."""
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group_of(kafka, "agg"))
-    finally:
-        await admin.close()
-    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == kafka.topics.rewards)
+    offsets = await committed_offsets(kafka, group_of(kafka, "agg"))
+    return sum(offset for tp, offset in offsets.items() if tp.topic == kafka.topics.rewards)
 
 
 async def settled(kafka: KafkaSettings, samples: set[str], produced: int) -> bool:
@@ -313,14 +306,11 @@ async def test_the_client_hands_out_each_batch_once(kafka: KafkaSettings) -> Non
     await create_topics(kafka)
     a = ScoredBatch(batch_id="a", samples=[])
     b = ScoredBatch(batch_id="b", samples=[])
-    producer = AIOKafkaProducer(**kafka.client_kwargs())
-    await producer.start()
-    try:
+    producer = AioClients(kafka).producer(ProducerOptions())
+    async with kafkaio.running(producer):
         for batch in (a, a, b, a, b):  # re-emissions after aggregator restarts
             await producer.send_and_wait(kafka.topics.scored, encode(batch), partition=0)
         await producer.send_and_wait(kafka.topics.scored, b"\xc1junk", partition=0)
-    finally:
-        await producer.stop()
     async with ScoredBatches(kafka, group_id=f"{kafka.topics.prefix}learner") as learner:
         assert (await learner.get("b", timeout=30)).batch_id == "b"  # buffers "a"
         seen = []
@@ -339,14 +329,11 @@ async def test_next_hands_out_batches_in_arrival_order_and_survives_a_timeout(
     async with ScoredBatches(kafka) as learner:
         with pytest.raises(TimeoutError, match="no scored batch arrived"):
             await learner.next(timeout=0.5)
-        producer = AIOKafkaProducer(**kafka.client_kwargs())
-        await producer.start()
-        try:
+        producer = AioClients(kafka).producer(ProducerOptions())
+        async with kafkaio.running(producer):
             for batch_id in ("early", "late", "early"):
                 batch = ScoredBatch(batch_id=batch_id, samples=[])
                 await producer.send_and_wait(kafka.topics.scored, encode(batch), partition=1)
-        finally:
-            await producer.stop()
         # After the timeout the client still works; the re-emission is not handed out.
         got = [(await learner.next(timeout=30)).batch_id for _ in range(2)]
         assert got == ["early", "late"]

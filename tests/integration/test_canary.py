@@ -14,7 +14,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
@@ -23,7 +22,9 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import kafkaio
 from consumers import AggregatorConfig
+from kafkaio import AioClients, ProducerOptions, TopicPartition
 from producers import RolloutProducer
 from rewardbus.canary import CanaryConfig, CanaryStats, load_golden, run_canaries
 from rewardbus.topics import await_group_members, ensure_topics
@@ -41,6 +42,7 @@ from schemas import (
     encode,
     is_canary_batch,
 )
+from tests.support.broker_state import until_committed
 from tests.support.metrics import Points, counter_points
 from tests.support.poll import until
 from tests.support.reading import end_offsets, read_topic
@@ -197,23 +199,9 @@ async def _committed_up_to(
     kafka: KafkaSettings, group: str, ends: dict[TopicPartition, int], timeout_s: float = 60
 ) -> None:
     """Poll the aggregator group's committed offsets until they reach ``ends``."""
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    committed: dict[TopicPartition, int] = {}
-
-    async def reached() -> bool:
-        committed.update({tp: await consumer.committed(tp) or 0 for tp in ends})
-        return all(committed[tp] >= end for tp, end in ends.items())
-
-    try:
-        await until(
-            reached,
-            lambda: f"the aggregator to commit {ends}, committed {committed}",
-            timeout_s=timeout_s,
-            every_s=0.2,
-        )
-    finally:
-        await consumer.stop()
+    await until_committed(
+        kafka, group, ends, what="the aggregator to commit", timeout_s=timeout_s, every_s=0.2
+    )
 
 
 async def _scored(kafka: KafkaSettings) -> list[ScoredBatch]:
@@ -248,13 +236,10 @@ async def test_canaries_never_appear_in_a_learner_batch(kafka: KafkaSettings) ->
         sample_id="canary-old-000001", batch_id="canary-old", verdict=Verdict.ACCEPTED, score=1.0
     )
     stray_manifest = BatchManifest(batch_id="canary-old", sample_ids=[stray.sample_id])
-    raw = AIOKafkaProducer(**kafka.client_kwargs())
-    await raw.start()
-    try:
+    raw = AioClients(kafka).producer(ProducerOptions())
+    async with kafkaio.running(raw):
         await raw.send_and_wait(kafka.topics.rewards, encode(stray), key=b"canary-old")
         await raw.send_and_wait(kafka.topics.manifests, encode(stray_manifest), key=b"canary-old")
-    finally:
-        await raw.stop()
 
     flushing = AggregatorConfig(group_id=agg_group, flush_interval_s=0.2)
     config = CanaryConfig(rate_per_s=50, max_in_flight=8, answer_timeout_s=120, rounds=2)

@@ -12,11 +12,10 @@ from dataclasses import replace
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaProducer
 
 import kafkaio
 from consumers import ScoredBatches
-from kafkaio import AioClients, ensure_topic, table_spec
+from kafkaio import AioClients, ProducerOptions, ensure_topic, table_spec
 from producers import RolloutProducer
 from rewardbus.topics import await_group_members, ensure_topics
 from sandbox_workers.service import WorkerStats
@@ -105,13 +104,10 @@ async def test_garbage_goes_to_the_dead_letter_topic_and_the_pipeline_keeps_goin
         running(worker(kafka, "w1")),
         ScoredBatches(kafka, group_id=group_of(kafka, "learner")) as learner,
     ):
-        raw = AIOKafkaProducer(**kafka.client_kwargs())
-        await raw.start()
-        try:
+        raw = AioClients(kafka).producer(ProducerOptions())
+        async with kafkaio.running(raw):
             await raw.send_and_wait(kafka.topics.completions, b"\xc1\x00garbage", key=b"junk")
             await raw.send_and_wait(kafka.topics.completions, b'{"json": "not msgpack"}', key=b"j2")
-        finally:
-            await raw.stop()
         async with RolloutProducer(kafka) as producer:
             await producer.publish_manifest(_manifest("b2", good))
             await producer.publish_many(good)
@@ -381,12 +377,9 @@ async def test_megabyte_suites_inline_and_shared_and_a_large_dead_letter(
             await producer.publish_many([inline, shared])
             # A large message that is not a completion: its bytes must reach the DLQ whole.
             junk = b"\xc1" + bytes(3_000_000)
-            raw = AIOKafkaProducer(**kafka.client_kwargs(), max_request_size=16 << 20)
-            await raw.start()
-            try:
+            raw = AioClients(kafka).producer(ProducerOptions(max_request_bytes=16 << 20))
+            async with kafkaio.running(raw):
                 await raw.send_and_wait(kafka.topics.completions, junk, key=b"big-junk")
-            finally:
-                await raw.stop()
         batch = await learner.get("b8", timeout=120)
         letters = [decode(v, DeadLetter) for v in await read_at_least(kafka, kafka.topics.dlq, 1)]
     assert batch.complete

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from aiokafka import AIOKafkaProducer
 
+import kafkaio
+from kafkaio import AioClients, ProducerOptions
 from producers import PublishError, RolloutProducer
 from rewardbus.topics import ensure_topics
 from schemas import (
@@ -120,13 +121,10 @@ async def test_poison_of_every_shape_is_dead_lettered_and_what_follows_is_scored
     async with running(worker(kafka, "w1")):
         async with RolloutProducer(kafka) as producer:
             await producer.publish_problem(problem)
-            raw = AIOKafkaProducer(**kafka.client_kwargs())
-            await raw.start()
-            try:
+            raw = AioClients(kafka).producer(ProducerOptions())
+            async with kafkaio.running(raw):
                 for key, (value, _, _) in _RAW_POISON.items():
                     await raw.send_and_wait(kafka.topics.completions, value, key=key)
-            finally:
-                await raw.stop()
             for completion, _, _ in poison.values():
                 await producer.publish(completion)
             await producer.publish_many(good)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -28,7 +27,7 @@ from rewardbus.topics import await_group_members, ensure_topics
 from sandbox_workers.service import WorkerConfig
 from sandbox_workers.tools.service import ToolConfig, run_tool_service
 from schemas import DeadLetter, KafkaSettings, ToolCall, ToolLimits, decode, encode
-from tests.support.poll import until
+from tests.support.broker_state import until_committed
 from tests.support.reading import end_offsets, read_until
 from tests.support.tool_sessions import DictSessions
 
@@ -194,20 +193,8 @@ async def _all_calls_committed(kafka: KafkaSettings) -> None:
     then leaves nothing to redeliver (a redelivered seq 1 and 2 would build the session
     again by themselves, and the next call would need no rebuild)."""
     group = f"{kafka.topics.prefix}workers.tools"
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        ends = await end_offsets(kafka, kafka.topics.tool_calls)
-
-        async def committed() -> bool:
-            offsets = await admin.list_consumer_group_offsets(group)
-            return all(
-                (offsets[tp].offset if tp in offsets else 0) >= end for tp, end in ends.items()
-            )
-
-        await until(committed, "the tool calls committed", timeout_s=30, every_s=0.1)
-    finally:
-        await admin.close()
+    ends = await end_offsets(kafka, kafka.topics.tool_calls)
+    await until_committed(kafka, group, ends, what="the tool calls committed", timeout_s=30)
 
 
 async def _dead_letters(kafka: KafkaSettings, count: int) -> list[DeadLetter]:
