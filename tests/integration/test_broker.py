@@ -53,6 +53,7 @@ async def _create_topic(bootstrap: str, partitions: int = 2) -> str:
 
 
 async def _round_trip(bootstrap: str, topic: str, value: bytes) -> bytes:
+    # Plain aiokafka clients, not the seam: the embedded broker must serve any Kafka client.
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:

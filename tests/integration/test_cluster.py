@@ -16,17 +16,17 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
+import kafkaio
 from consumers import ScoredBatches
+from kafkaio import AioClients, ConsumerOptions, assign_from, topic_partitions
 from producers import RolloutProducer
 from rewardbus.runtime.cluster import Cluster, ClusterConfig
 from rewardbus.topics import await_group_members, ensure_topics
 from sandbox_workers.service import WorkerStats
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings, RewardEvent, Topics, decode
+from tests.support.broker_state import admin_client, topic_configs
 from tests.support.poll import until
 from tests.support.stages import aggregator, running, worker
 
@@ -74,15 +74,12 @@ class RewardWatch:
         self._kafka = kafka
 
     async def run(self, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(**self._kafka.client_kwargs())
-        await consumer.start()
-        try:
-            topic = self._kafka.topics.rewards
-            # A group-less consumer's metadata may not list a topic this new yet: ask an admin.
-            leaders = await _leaders(self._kafka, [topic])
-            parts = [TopicPartition(topic, p) for p in leaders[topic]]
-            consumer.assign(parts)
-            await consumer.seek_to_beginning(*parts)
+        clients = AioClients(self._kafka)
+        # A group-less consumer's metadata may not list a topic this new yet: ask an admin.
+        parts = await topic_partitions(clients, self._kafka.topics.rewards, timeout_s=60)
+        consumer = clients.consumer(ConsumerOptions())
+        async with kafkaio.running(consumer):
+            await assign_from(consumer, parts, from_beginning=True)
             while not stop.is_set():
                 batches = await consumer.getmany(timeout_ms=100)
                 now = time.monotonic()
@@ -90,8 +87,6 @@ class RewardWatch:
                     for record in records:
                         assert record.value is not None
                         self.arrivals.append((now, decode(record.value, RewardEvent).sample_id))
-        finally:
-            await consumer.stop()
 
     async def reached(self, count: int, timeout_s: float = 180) -> None:
         await until(
@@ -109,12 +104,9 @@ class RewardWatch:
 
 
 async def _leaders(kafka: KafkaSettings, topics: list[str]) -> dict[str, dict[int, int]]:
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
+    # aiokafka's admin: the seam describes a topic's size, not who leads it (only this test asks).
+    async with admin_client(kafka) as admin:
         described = await admin.describe_topics(topics)
-    finally:
-        await admin.close()
     return {t["topic"]: {p["partition"]: p["leader"] for p in t["partitions"]} for t in described}
 
 
@@ -140,26 +132,9 @@ async def _leaders_without(
 
 
 async def _min_isr(kafka: KafkaSettings, topics: list[str]) -> dict[str, str]:
-    """Each topic's min.insync.replicas, polled: right after creation a broker can
-    answer DescribeConfigs before it has the new topic's configs."""
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    found: dict[str, str] = {}
-    resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
-
-    async def all_found() -> bool:
-        for response in await admin.describe_configs(resources):
-            for _err, _msg, _type, name, entries in response.resources:
-                for key, value, *_ in entries:
-                    if key == "min.insync.replicas":
-                        found[name] = value
-        return set(found) == set(topics)
-
-    try:
-        await until(all_found, f"min.insync.replicas of all of {topics}", every_s=0.2)
-    finally:
-        await admin.close()
-    return found
+    """Each topic's min.insync.replicas."""
+    configs = await topic_configs(kafka, topics)
+    return {name: config["min.insync.replicas"] for name, config in configs.items()}
 
 
 def _victim(leaders: dict[str, dict[int, int]]) -> int:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers import ScoredBatches
 from producers import RolloutProducer
@@ -41,6 +40,7 @@ from schemas import (
     ScoredBatch,
     Topics,
 )
+from tests.support.broker_state import admin_client, group_state
 from tests.support.stages import aggregator, running, worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -188,30 +188,13 @@ class _GroupWatch:
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, members, parts)
 
     async def run(self, stop: asyncio.Event) -> None:
-        admin = AIOKafkaAdminClient(**self.kafka.client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(self.kafka) as admin:
             while not stop.is_set():
-                members, parts = await self._describe(admin)
-                self.samples.append((time.monotonic(), members, parts))
+                group = await group_state(admin, self.group_id)
+                parts = group.partitions if group.state == "Stable" else 0
+                self.samples.append((time.monotonic(), len(group.owned), parts))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.1)
-        finally:
-            await admin.close()
-
-    async def _describe(self, admin: AIOKafkaAdminClient) -> tuple[int, int]:
-        from aiokafka.protocol.group import MemberAssignment
-
-        (response,) = await admin.describe_consumer_groups([self.group_id])
-        (group,) = response.groups
-        state, members = group[2], group[5]
-        if state != "Stable":
-            return len(members), 0
-        parts = 0
-        for member in members:
-            assignment = MemberAssignment.decode(member[-1])
-            parts += sum(len(p) for _topic, p in assignment.assignment)
-        return len(members), parts
 
     def served_again_after(self, t0: float, members: int, partitions: int) -> float:
         """Seconds from ``t0`` until ``members`` members served every partition, stably."""
