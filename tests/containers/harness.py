@@ -12,11 +12,11 @@ from typing import Any
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 from testcontainers.core.container import DockerContainer
 
+from kafkaio import AioClients, ConsumerOptions, running
 from schemas import KafkaSettings, RewardEvent, cache_root, decode
+from tests.support import broker_state
 
 KAFKA_IMAGE = os.environ.get("REWARDBUS_KAFKA_IMAGE", "rewardbus-kafka:latest")
 # The worker of `make test-images` (four languages), by the tag naming its languages:
@@ -117,11 +117,9 @@ class RewardLog:
         return len(self.events) - self.count()
 
     async def follow(self, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(
-            self.kafka.topics.rewards, **self.kafka.client_kwargs(), auto_offset_reset="earliest"
-        )
-        await consumer.start()
-        try:
+        consumer = AioClients(self.kafka).consumer(ConsumerOptions())  # no group: every partition
+        consumer.subscribe([self.kafka.topics.rewards])
+        async with running(consumer):
             while not stop.is_set():
                 batches = await consumer.getmany(timeout_ms=100)
                 for records in batches.values():
@@ -129,8 +127,6 @@ class RewardLog:
                         assert record.value is not None
                         self.events.append((time.monotonic(), decode(record.value, RewardEvent)))
                         self._arrived.set()
-        finally:
-            await consumer.stop()
 
     async def wait_for(self, count: int, timeout_s: float) -> None:
         async with asyncio.timeout(timeout_s):
@@ -140,23 +136,10 @@ class RewardLog:
 
 
 async def group_state(kafka: KafkaSettings, group_id: str) -> tuple[str, dict[str, int]]:
-    """(state, partitions per member client id) of a consumer group."""
-    from aiokafka.protocol.group import MemberAssignment
-
-    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
-    await admin.start()
-    try:
-        (response,) = await admin.describe_consumer_groups([group_id])
-    finally:
-        await admin.close()
-    (group,) = response.groups
-    state, members = group[2], group[5]
-    owned: dict[str, int] = {}
-    for member in members:
-        assignment = MemberAssignment.decode(member[-1]) if member[-1] else None
-        parts = sum(len(p) for _t, p in assignment.assignment) if assignment else 0
-        owned[str(member[0])] = parts
-    return str(state), owned
+    """(state, partitions per member id) of a consumer group."""
+    async with broker_state.admin_client(kafka) as admin:
+        group = await broker_state.group_state(admin, group_id)
+    return group.state, group.owned
 
 
 async def wait_group(kafka: KafkaSettings, group_id: str, members: int, timeout_s: float) -> float:
