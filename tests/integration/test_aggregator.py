@@ -86,8 +86,7 @@ async def produce(
     key: str | None = None,
     headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
-    # Not idempotent, so no producer-id round trip at each start: a test's deadline (2 s
-    # for the late batch) runs from before the aggregator starts.
+    # Not idempotent, so no producer-id round trip at each start (a test's deadline runs).
     producer = AioClients(kafka).producer(ProducerOptions(idempotent=False))
     async with kafkaio.running(producer):
         for item in items:
@@ -156,8 +155,10 @@ async def test_duplicates_and_early_rewards_are_aggregated_once(kafka: KafkaSett
 
 async def test_a_batch_past_its_deadline_lists_what_is_missing(kafka: KafkaSettings) -> None:
     await create_topics(kafka)
-    m = make_manifest("late", 5, deadline_s=2)
     async with running(aggregator(kafka)), ScoredBatches(kafka) as learner:
+        # The deadline runs from here, once the aggregator is up: the three rewards
+        # must be in before it, on a loaded machine too.
+        m = make_manifest("late", 5, deadline_s=5)
         await produce(kafka, kafka.topics.manifests, [m])
         await produce(kafka, kafka.topics.rewards, [make_reward(m, i) for i in (0, 2, 3)])
         batch = await learner.get("late", timeout=60)
