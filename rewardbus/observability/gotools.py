@@ -1,4 +1,4 @@
-"""Jaeger, Prometheus and promtool, built once from the Go module proxy into the cache.
+"""Jaeger, Prometheus, promtool, kubeconform and kustomize, built from the Go module proxy.
 
 No image registry or download site is reachable on the machines this project runs
 on, but the Go module proxy is: each tool is built from source into
@@ -20,6 +20,7 @@ among them: the slowest part of a fresh machine's first ``make test``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,8 @@ from schemas import cache_root
 
 __all__ = [
     "JAEGER",
+    "KUBECONFORM",
+    "KUSTOMIZE",
     "PROMETHEUS",
     "PROMTOOL",
     "GoTool",
@@ -93,7 +96,21 @@ PROMTOOL = GoTool(
     tags=_PROMETHEUS_SD_TAGS,
     variant="dns-sd",
 )
-TOOLS = {tool.name: tool for tool in (JAEGER, PROMETHEUS, PROMTOOL)}
+# infra/k8s/validate.py renders the Kubernetes manifests with kustomize and checks them with
+# kubeconform, against local schemas.
+KUBECONFORM = GoTool(
+    "kubeconform",
+    "github.com/yannh/kubeconform",
+    "github.com/yannh/kubeconform/cmd/kubeconform",
+    "v0.8.0",
+)
+KUSTOMIZE = GoTool(
+    "kustomize",
+    "sigs.k8s.io/kustomize/kustomize/v5",
+    "sigs.k8s.io/kustomize/kustomize/v5",
+    "v5.8.1",  # builds with the machines' Go 1.26
+)
+TOOLS = {tool.name: tool for tool in (JAEGER, PROMETHEUS, PROMTOOL, KUBECONFORM, KUSTOMIZE)}
 
 
 def ensure(tool: GoTool, env: Mapping[str, str], *, quiet: bool = False) -> Path:
@@ -122,9 +139,15 @@ def ensure(tool: GoTool, env: Mapping[str, str], *, quiet: bool = False) -> Path
         else:
             go_env["GOBIN"] = work
             _go(go, ["install", *tool.flags, f"{tool.package}@{tool.version}"], work, go_env)
-            shutil.move(str(Path(work) / tool.package.rsplit("/", 1)[-1]), partial)
+            shutil.move(str(Path(work) / _installed_name(tool.package)), partial)
         partial.rename(target)
     return target
+
+
+def _installed_name(package: str) -> str:
+    """The file ``go install`` writes: the package's last path element, less a ``/vN``."""
+    parts = package.split("/")
+    return parts[-2] if len(parts) > 1 and re.fullmatch(r"v[0-9]+", parts[-1]) else parts[-1]
 
 
 def _go_env(env: Mapping[str, str]) -> dict[str, str]:
