@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-fast test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools docker-engine images test-images compose-up compose-demo compose-down
+.PHONY: setup setup-verl train-demo demo test test-fast test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools k8s-tools docker-engine images test-images compose-up compose-demo compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -45,7 +45,15 @@ $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 # Jaeger, Prometheus and promtool, built once from the Go module proxy into
 # $(REWARDBUS_CACHE)/bin (needs Go on PATH; minutes the first time, nothing after).
 observability-tools: $(VENV)/.installed
-	$(BIN)/python -m rewardbus.observability.gotools
+	$(BIN)/python -m rewardbus.observability.gotools jaeger prometheus promtool
+
+# kubeconform and kustomize, built the same way, and the schemas infra/k8s/validate.py
+# checks the manifests against (Strimzi's CRDs come from Strimzi's generator on Maven
+# Central, which needs Java 21+: the machines' Temurin 25 beside the default 17).
+# Validating the base once lays them out in $(REWARDBUS_CACHE)/k8s.
+k8s-tools: $(VENV)/.installed
+	$(BIN)/python -m rewardbus.observability.gotools kubeconform kustomize
+	$(BIN)/python infra/k8s/validate.py
 
 # A Docker engine for the images and tests/containers/: started here (dockerd, vfs
 # storage) when none answers; needs docker.io installed and root to start one.
@@ -91,12 +99,12 @@ demo: setup
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup setup-verl observability-tools test-images
+test: setup setup-verl observability-tools k8s-tools test-images
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests
 
 # The fast local loop: all but the tests marked slow (containers, the three-broker cluster,
 # fault injection, benchmark smoke runs); no Docker needed. CI runs `make test`.
-test-fast: setup setup-verl observability-tools
+test-fast: setup setup-verl observability-tools k8s-tools
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -m "not slow" tests
 
 train-demo: setup setup-verl
