@@ -22,6 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
+from rewardbus.observability.percentiles import percentile
 from sandbox_workers.jail import JailConfig, JailSandbox, PoolConfig
 from sandbox_workers.jail.live import JailLiveSession
 from sandbox_workers.tools.session import SessionLimits
@@ -59,11 +60,6 @@ def role(pid: int) -> str:
         chain.append(parent(chain[-1]))
     depth = chain.index(os.getpid()) if os.getpid() in chain else -1
     return {1: "spawner", 2: "supervisor", 3: "init", 4: "interpreter"}.get(depth, "child")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def main(sessions: int, cells: int) -> dict[str, object]:
@@ -107,7 +103,7 @@ async def main(sessions: int, cells: int) -> dict[str, object]:
         "cell_round_trip_ms": {
             "cells": cells,
             "p50": statistics.median(trips),
-            "p99": pct(trips, 0.99),
+            "p99": percentile(trips, 99),
             "max": max(trips),
         },
         "pss_kb_per_session": {"mean": statistics.mean(totals), "max": max(totals)},

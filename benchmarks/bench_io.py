@@ -63,6 +63,7 @@ from _common import (
 from producers import ProducerConfig, ProducerError, RolloutProducer
 from rewardbus.runtime.local import RewardWatcher
 from schemas import (
+    MAX_RECORD_BYTES,
     Completion,
     IoSuite,
     KafkaSettings,
@@ -73,7 +74,7 @@ from schemas import (
 )
 
 TIMEOUT_S = 300.0
-RAISED_LIMIT = 16 << 20  # bytes: producer max_request_size and topic max.message.bytes
+RAISED_LIMIT = MAX_RECORD_BYTES  # producer max_request_size and topic max.message.bytes
 KAFKA_DEFAULT_LIMIT = 1 << 20  # aiokafka's max_request_size default
 TOPIC_DEFAULT_LIMIT = 1_048_588  # Kafka's max.message.bytes default
 

@@ -135,7 +135,7 @@ class RecordJudge:
         refused = self._refused(completion)
         if refused is not None:
             reason, error_type = refused
-            await self._dead_letter(record, reason, error_type, "decode")
+            await self._dead_letter(record, reason, error_type, "validate")
             span.set_status(Status(StatusCode.ERROR, reason))
             return
         programs = unpack_programs(completion)

@@ -89,7 +89,7 @@ def _poison_completions(problem: ProblemRecord) -> dict[str, tuple[Completion, s
         ),
         "fifteen-mb": (
             Completion(sample_id="fifteen-mb", response=fence, tests=SUITE),
-            "decode",
+            "validate",
             "response is 15,000,0",
         ),
         "stale-digest": (

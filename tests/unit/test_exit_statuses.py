@@ -15,6 +15,7 @@ from rewardbus.runtime.broker.errors import BrokerError, PortTaken
 from rewardbus.train_demo.checkpoint import CheckpointError
 from rewardbus.train_demo.devices import DeviceUnavailable
 from rewardbus.wiring import SandboxUnavailable
+from sandbox_workers.watchdog import EXIT_STALLED
 from schemas import RewardbusError
 
 
@@ -61,8 +62,11 @@ def test_the_top_level_help_lists_every_exit_status(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    for code in (0, 1, 2, 69, 70, 130):
+    for code in (0, 1, 2, 69, EXIT_STALLED, 130):
         assert f"\n  {code:>3}  " in out
+    # The CLI spells the worker watchdog's status itself (importing the worker package
+    # would slow every command's start): the two must agree.
+    assert f"\n  {EXIT_STALLED:>3}  worker: the event loop stalled" in out
 
 
 def test_a_host_without_the_sandbox_is_unavailable_to_judge(

@@ -284,7 +284,7 @@ async def test_a_reply_topic_outside_this_deployment_is_dead_lettered(
         await publish(broker, kafka, completion("s0", reply_topic=kafka.topics.scored))
         await until(lambda: committed(broker, kafka) == 1, "the offset to be committed")
     (letter,) = letters(broker, kafka)
-    assert letter.stage == "decode" and "is not a reply topic" in letter.reason
+    assert letter.stage == "validate" and "is not a reply topic" in letter.reason
     assert runner.calls == [] and rewards(broker, kafka) == []
 
 
