@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardbus.errors import Unavailable
-from rewardbus.observability.child import ChildProcess, log_tail
+from rewardbus.runtime.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
 from rewardbus.runtime.ports import free_ports
 from rewardbus.runtime.reaped_child import ReapedChild
