@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
@@ -56,7 +55,7 @@ from consumers import ScoredBatches
 from producers import RolloutProducer
 from rewardbus.observability.jaeger import JaegerConfig, JaegerProcess
 from rewardbus.observability.prometheus import PrometheusConfig, PrometheusProcess, query
-from rewardbus.runtime.local import RewardWatcher
+from rewardbus.runtime.local import RewardWatcher, stop_processes
 from schemas import BatchManifest, Completion, IoSuite, KafkaSettings
 
 TIMEOUT_S = 600.0
@@ -104,20 +103,10 @@ async def _service(
     line = await asyncio.wait_for(proc.stdout.readline(), timeout=120)
     found = _READY.search(line)
     if found is None:
-        await _stop(proc)
+        await stop_processes([proc])
         tail = await asyncio.to_thread(log.read_text, errors="replace")
         raise SystemExit(f"{argv[3]} did not start: {tail[-2000:]}")
     return proc, found.group(1).decode() if found.group(1) else None
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=40)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
 
 
 @contextlib.asynccontextmanager
@@ -149,7 +138,7 @@ async def _services(
         yield [p.pid for p in procs[:-1]], procs[-1].pid, urls
     finally:
         for proc in procs:
-            await _stop(proc)
+            await stop_processes([proc])
 
 
 async def one_run(

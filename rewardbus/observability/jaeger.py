@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from rewardbus.errors import Unavailable
-from rewardbus.runtime.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import JAEGER, ensure
+from rewardbus.runtime.child import ChildProcess, log_tail
 from rewardbus.runtime.ports import free_ports
 from rewardbus.runtime.reaped_child import ReapedChild
 

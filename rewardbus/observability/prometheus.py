@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rewardbus.errors import Unavailable
-from rewardbus.runtime.child import ChildProcess, log_tail
 from rewardbus.observability.gotools import PROMETHEUS, ensure
+from rewardbus.runtime.child import ChildProcess, log_tail
 from rewardbus.runtime.reaped_child import ReapedChild
 
 __all__ = [

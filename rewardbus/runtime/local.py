@@ -30,7 +30,14 @@ from rewardbus.runtime.reaped_child import parent_death_signal
 from rewardbus.topics import await_group_members, ensure_topics
 from schemas import KafkaSettings, RewardEvent, SchemaError, decode
 
-__all__ = ["RewardWatcher", "WorkerPoolOptions", "aggregator", "embedded_broker", "worker_pool"]
+__all__ = [
+    "RewardWatcher",
+    "WorkerPoolOptions",
+    "aggregator",
+    "embedded_broker",
+    "stop_processes",
+    "worker_pool",
+]
 
 
 @contextlib.asynccontextmanager
@@ -84,7 +91,7 @@ async def worker_pool(
             await await_group_members(kafka, options.group_id, options.workers)
             yield procs
         finally:
-            await _stop(procs)
+            await stop_processes(procs)
 
 
 async def _spawn_worker(
@@ -133,7 +140,8 @@ async def _await_ready(proc: asyncio.subprocess.Process, log: Path) -> None:
         )
 
 
-async def _stop(procs: list[asyncio.subprocess.Process]) -> None:
+async def stop_processes(procs: Sequence[asyncio.subprocess.Process]) -> None:
+    """SIGTERM each, then wait (40 s each at most, then SIGKILL): a worker drains first."""
     for proc in procs:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
