@@ -168,11 +168,19 @@ class Executor:
         """The compiled-artifact cache (its ``stats`` feed metrics)."""
         return self._cache
 
-    async def run(self, completion: Completion, suite: TestSuite | None = None) -> RewardEvent:
+    async def run(
+        self,
+        completion: Completion,
+        suite: TestSuite | None = None,
+        *,
+        output_tail_bytes: int | None = None,
+    ) -> RewardEvent:
         """Judge ``completion`` against ``suite`` (default: ``completion.tests``).
 
-        Never raises for anything the program does. Raises :class:`InvalidCompletion`
-        when the completion cannot be judged at all.
+        The event keeps the last ``output_tail_bytes`` of the kept stdout and stderr
+        (None: ``ExecutorConfig.output_tail_bytes``; a tool call asks for its whole
+        output cap). Never raises for anything the program does. Raises
+        :class:`InvalidCompletion` when the completion cannot be judged at all.
         """
         started = time.monotonic()
         tests = suite if suite is not None else completion.tests
@@ -194,8 +202,9 @@ class Executor:
             else:
                 task = _Task(language, toolchain, source, tests, completion.limits)
                 judgement, attempt = await self._judge_with_retries(task)
+            tail = output_tail_bytes or self._config.output_tail_bytes
             event = self._event(
-                completion, tests, total, judgement, attempt=attempt, started=started
+                completion, tests, total, judgement, attempt=attempt, started=started, tail=tail
             )
             span.set_attribute("rewardbus.verdict", event.verdict.value)
             span.set_attribute("rewardbus.score", event.score)
@@ -337,6 +346,7 @@ class Executor:
         *,
         attempt: int,
         started: float,
+        tail: int,
     ) -> RewardEvent:
         outcomes: list[TestOutcome] = judgement.run.outcomes
         if judgement.verdict is not None:
@@ -344,7 +354,6 @@ class Executor:
         else:
             scored = score_tests(outcomes, total, all_or_nothing=suite.all_or_nothing)
             score, verdict, passed = scored.score, scored.verdict, scored.passed
-        tail = self._config.output_tail_bytes
         # Without a whole-program message (compiler output...), the first failing
         # test's reason says what went wrong.
         message = judgement.message or next(

@@ -29,7 +29,16 @@ class CompletionRunner(Protocol):
         """Language name -> toolchain version (part of every cache fingerprint)."""
         ...
 
-    async def run(self, completion: Completion, suite: TestSuite | None = None) -> RewardEvent: ...
+    async def run(
+        self,
+        completion: Completion,
+        suite: TestSuite | None = None,
+        *,
+        output_tail_bytes: int | None = None,
+    ) -> RewardEvent:
+        """Judge ``completion``; the event keeps the last ``output_tail_bytes`` of its
+        output (None: the runner's default)."""
+        ...
 
 
 class Executions:

@@ -228,7 +228,10 @@ class ToolCalls:
         )
         try:
             async with self._slots:
-                event = await self._runner.run(completion)
+                # The whole output the call may have (its cap, and one byte to see a cut).
+                event = await self._runner.run(
+                    completion, output_tail_bytes=call.limits.output_kb * 1024 + 1
+                )
         except SandboxWorkerError as exc:  # the program cannot be run here at all
             status: ToolStatus = "sandbox_error" if exc.retriable else "rejected"
             return _result(call, status, message=exc.reason)

@@ -137,6 +137,11 @@ async def test_stateless_calls_in_another_language(kafka: KafkaSettings, tmp_pat
         assert cobol.status == "rejected" and "cobol" in cobol.message
         python = await client.run(session, "print(1)", stateless=True)
         assert (python.status, python.stdout) == ("ok", "1\n")
+        # The whole output up to the call's cap (it was the executor's last 2 KiB).
+        lines = "for (let i = 0; i < 1000; i++) console.log(`line ${i}`);"
+        long = await client.run(session, lines, language="javascript")
+        expected = "".join(f"line {i}\n" for i in range(1000))
+        assert (long.status, long.stdout, long.truncated) == ("ok", expected, False)
 
 
 async def test_a_session_survives_its_worker_killed_9_mid_trajectory(
@@ -232,7 +237,9 @@ async def test_malformed_calls_and_foreign_reply_topics_are_dead_lettered(
 class _NoPrograms:
     languages: dict[str, str] = {}  # noqa: RUF012
 
-    async def run(self, completion: object, suite: object = None) -> object:
+    async def run(
+        self, completion: object, suite: object = None, *, output_tail_bytes: int | None = None
+    ) -> object:
         raise AssertionError("no stateless call in this test")
 
 

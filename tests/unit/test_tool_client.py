@@ -51,7 +51,13 @@ class _HeldSession(DictSession):
 class _NoPrograms:
     languages: dict[str, str] = {}  # noqa: RUF012
 
-    async def run(self, completion: Completion, suite: TestSuite | None = None) -> RewardEvent:
+    async def run(
+        self,
+        completion: Completion,
+        suite: TestSuite | None = None,
+        *,
+        output_tail_bytes: int | None = None,
+    ) -> RewardEvent:
         raise AssertionError("no stateless call here")
 
 

@@ -154,7 +154,13 @@ class _Programs:
     def __init__(self) -> None:
         self.runs: list[Completion] = []
 
-    async def run(self, completion: Completion, suite: TestSuite | None = None) -> RewardEvent:
+    async def run(
+        self,
+        completion: Completion,
+        suite: TestSuite | None = None,
+        *,
+        output_tail_bytes: int | None = None,
+    ) -> RewardEvent:
         self.runs.append(completion)
         verdict = (
             Verdict.RUNTIME_ERROR if "throw" in (completion.code or "") else Verdict.WRONG_ANSWER
