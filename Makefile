@@ -103,8 +103,9 @@ test: setup setup-verl observability-tools k8s-tools test-images
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests
 
 # The fast local loop: all but the tests marked slow (containers, the three-broker cluster,
-# fault injection, benchmark smoke runs); no Docker needed. CI runs `make test`.
-test-fast: setup setup-verl observability-tools k8s-tools
+# fault injection, benchmark smoke runs, the Kubernetes manifests); no Docker needed. CI
+# runs `make test`.
+test-fast: setup setup-verl observability-tools
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -m "not slow" tests
 
 train-demo: setup setup-verl

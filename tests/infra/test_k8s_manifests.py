@@ -23,8 +23,10 @@ from schemas import Topics
 
 K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
 
-# Building kubeconform and kustomize and fetching the schemas the first time take minutes.
-pytestmark = pytest.mark.timeout(600)
+# Building kubeconform and kustomize and fetching the schemas the first time take minutes,
+# and every case renders and validates for two Kubernetes versions (~70 s in all, warm):
+# slow, so the fast loop stays under 10 minutes.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def _validator() -> Any:
