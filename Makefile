@@ -10,7 +10,7 @@ KAFKA_LIB := $(REWARDBUS_CACHE)/kafka-$(KAFKA_VERSION)/lib
 export REWARDBUS_KAFKA_LIB := $(KAFKA_LIB)
 export REWARDBUS_CACHE
 
-.PHONY: setup setup-verl train-demo demo test test-fast test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars observability-tools k8s-tools docker-engine images test-images compose-up compose-demo compose-down
+.PHONY: setup setup-verl train-demo demo test test-fast test-unit test-integration test-sandbox lint typecheck bench cpu-guard cpu-guard-baseline doctor clean kafka-jars toolchains observability-tools k8s-tools docker-engine images test-images compose-up compose-demo compose-down
 
 setup: $(VENV)/.installed kafka-jars
 
@@ -41,6 +41,11 @@ $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 	mvn -q -B -f infra/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) \
 	    dependency:copy-dependencies -DoutputDirectory=$(KAFKA_LIB) -DincludeScope=runtime
 	touch $@
+
+# The sandbox toolchains no Debian package provides, fetched once into
+# $(REWARDBUS_CACHE)/toolchains: TypeScript (npm), the Kotlin and Scala compilers (Maven).
+toolchains:
+	infra/toolchains/fetch.sh
 
 # Jaeger, Prometheus and promtool, built once from the Go module proxy into
 # $(REWARDBUS_CACHE)/bin (needs Go on PATH; minutes the first time, nothing after).
@@ -99,13 +104,13 @@ demo: setup
 doctor: setup
 	$(BIN)/rewardbus doctor
 
-test: setup setup-verl observability-tools k8s-tools test-images
+test: setup setup-verl toolchains observability-tools k8s-tools test-images
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests
 
 # The fast local loop: all but the tests marked slow (containers, the three-broker cluster,
 # fault injection, benchmark smoke runs, the Kubernetes manifests); no Docker needed. CI
 # runs `make test`.
-test-fast: setup setup-verl observability-tools
+test-fast: setup setup-verl toolchains observability-tools
 	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -m "not slow" tests
 
 train-demo: setup setup-verl

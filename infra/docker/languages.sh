@@ -15,6 +15,17 @@ for lang in "$@"; do
     java) pkgs="$pkgs openjdk-17-jdk-headless" ;;
     go) pkgs="$pkgs golang-go" ;;
     rust) pkgs="$pkgs rustc" ;;
+    typescript) pkgs="$pkgs nodejs" ;;  # the compiler: $REWARDBUS_CACHE/toolchains/typescript
+    php) pkgs="$pkgs php-cli" ;;
+    ruby) pkgs="$pkgs ruby" ;;
+    lua) pkgs="$pkgs lua5.4" ;;
+    r) pkgs="$pkgs r-base-core" ;;
+    racket) pkgs="$pkgs racket" ;;
+    d) pkgs="$pkgs ldc" ;;
+    csharp) pkgs="$pkgs mono-mcs mono-runtime" ;;
+    kotlin|scala) pkgs="$pkgs openjdk-17-jre-headless" ;;  # compilers: .../toolchains/{kotlin,scala}
+    haskell) pkgs="$pkgs ghc" ;;
+    ocaml) pkgs="$pkgs ocaml-nox" ;;
     *) echo "unknown sandbox language: $lang" >&2; exit 1 ;;
   esac
 done

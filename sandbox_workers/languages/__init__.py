@@ -6,6 +6,7 @@ host can run, once, at start-up (``rewardbus doctor`` reports the result).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.shell import Bash
 from sandbox_workers.languages.sql import Sql
+from schemas import cache_root
 
 __all__ = [
     "BASE_ENV",
@@ -37,6 +39,7 @@ __all__ = [
     "Launch",
     "Toolchain",
     "discover_toolchains",
+    "fetched_toolchains",
     "lookup",
     "utf8",
 ]
@@ -52,20 +55,29 @@ _BY_ALIAS: Mapping[str, Language] = {
 }
 
 
+def fetched_toolchains(env: Mapping[str, str]) -> Path:
+    """Where ``make toolchains`` puts what no distribution package provides: under the cache."""
+    return cache_root(env) / "toolchains"
+
+
 def lookup(name: str) -> Language | None:
     """The language a Completion names (any alias, case-insensitive), or None."""
     return _BY_ALIAS.get(name.strip().lower())
 
 
-def discover_toolchains(state_dir: Path) -> dict[str, Toolchain]:
+def discover_toolchains(state_dir: Path, fetched: Path | None = None) -> dict[str, Toolchain]:
     """Toolchains installed on this host, by language name.
 
     Runs each toolchain's ``--version`` once (trusted host binaries). A language
-    whose toolchain is missing is simply absent from the result.
+    whose toolchain is missing is simply absent from the result. ``fetched``:
+    the fetched toolchains' directory (default: :func:`fetched_toolchains` of
+    this process's environment).
     """
+    if fetched is None:
+        fetched = fetched_toolchains(os.environ)
     found: dict[str, Toolchain] = {}
     for language in LANGUAGES.values():
-        toolchain = language.discover(state_dir)
+        toolchain = language.discover(state_dir, fetched)
         if toolchain is not None:
             found[language.name] = toolchain
     return found

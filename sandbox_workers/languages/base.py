@@ -133,11 +133,13 @@ class Language(abc.ABC):
     test_compile_args: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
-    def discover(self, state_dir: Path) -> Toolchain | None:
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
         """Find the toolchain on this host; None when it is not installed.
 
         ``state_dir`` is a private, persistent directory the toolchain may use
-        (Go keeps its build cache there).
+        (Go keeps its build cache there). ``fetched`` is where ``make toolchains``
+        puts the toolchains no distribution package provides, one directory each
+        (``typescript/``, ``kotlin/``...: infra/toolchains/fetch.sh).
         """
 
     def prepare_source(self, source: str) -> str:

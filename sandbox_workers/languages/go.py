@@ -51,7 +51,8 @@ class Go(Language):
     fence_tags = frozenset({"go", "golang"})
     extension = "go"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del fetched
         go = resolve_binary("go")
         if go is None:
             return None

@@ -94,8 +94,8 @@ class Java(Language):
     fence_tags = frozenset({"java"})
     extension = "java"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         java = resolve_binary("java")
         if java is None:
             return None

@@ -72,8 +72,8 @@ class JavaScript(Language):
     fence_tags = frozenset({"javascript", "js", "node", "nodejs", "jsx", "mjs"})
     extension = "js"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         return discover_binary(self.name, "node", ["--version"], version=lambda v: f"node-{v}")
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:

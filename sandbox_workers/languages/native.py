@@ -132,8 +132,8 @@ class _Gcc(Language):
         masked, key = masked_marker(marker)
         return f"{tests}\n{_AFTER_MAIN.format(masked=byte_list(masked), key=byte_list(key))}"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         return discover_binary(
             self.name,
             self.driver,

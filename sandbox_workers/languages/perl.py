@@ -25,8 +25,8 @@ class Perl(Language):
     fence_tags = frozenset({"perl", "pl"})
     extension = "pl"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         # The interpreter's modules live under /usr/share/perl* and /usr/lib/*/perl*,
         # which the jail's read-only /usr already shows.
         return discover_binary(

@@ -42,8 +42,8 @@ class Python(Language):
     fence_tags = frozenset({"python", "python3", "py", "py3"})
     extension = "py"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         prefix = Path(sys.base_prefix).resolve()
         major, minor = sys.version_info[:2]
         interpreter = prefix / "bin" / f"python{major}.{minor}"

@@ -151,8 +151,8 @@ class Rust(Language):
         )
         return f"{tests}\n{after_main}"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         sysroot = _sysroot()
         linker = resolve_binary("cc")
         if sysroot is None or linker is None:

@@ -25,8 +25,8 @@ class Bash(Language):
     fence_tags = frozenset({"bash", "sh", "shell", "zsh"})
     extension = "sh"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         # Scripts call coreutils, so the directory holding them is mounted too.
         return discover_binary(
             self.name,

@@ -34,8 +34,8 @@ class Sql(Language):
     extension = "sql"
     output_kind = "rows"
 
-    def discover(self, state_dir: Path) -> Toolchain | None:
-        del state_dir
+    def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
+        del state_dir, fetched
         return discover_binary(
             self.name, "sqlite3", ["--version"], version=lambda v: f"sqlite-{v.split()[0]}"
         )

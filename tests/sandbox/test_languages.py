@@ -14,6 +14,7 @@ import pytest
 from sandbox_workers import Executor, ExecutorConfig
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
 from schemas import Completion, IoSuite, Limits, Verdict
+from tests.sandbox.specs import all_specs
 
 pytestmark = pytest.mark.sandbox
 
@@ -123,6 +124,9 @@ PROGRAMS: dict[str, dict[Verdict, str]] = {
         OLE: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c;",
     },
 }
+
+# The languages added with a spec (tests/sandbox/specs/) join the table.
+PROGRAMS.update({spec.language: dict(spec.programs) for spec in all_specs()})
 
 SQL_SCHEMA = "CREATE TABLE pair(a INTEGER, b INTEGER); INSERT INTO pair VALUES (2, 3);"
 # Stopping at the first failure keeps the time-limit cases at one timeout each.
