@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import TextIO
 
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox, detect_layers
+from sandbox_workers.languages import LANGUAGES
 
 __all__ = ["report"]
+
+_INSTALL = (
+    "no toolchain found: infra/docker/languages.sh {language} installs its packages"
+    " (TypeScript, Kotlin and Scala also need make toolchains)"
+)
 
 
 def report(out: TextIO) -> int:
@@ -19,9 +25,13 @@ def report(out: TextIO) -> int:
         out.write(f"  {mark:8} {layer.name:14} {layer.detail}\n")
     sandbox = JailSandbox(config)
     executor = Executor(ExecutorConfig(worker_id="doctor"), sandbox)
-    out.write("languages\n")
-    for language, version in sorted(executor.languages.items()):
-        out.write(f"  ok       {language:14} {version}\n")
+    found = executor.languages
+    out.write(f"languages: {len(found)} of {len(LANGUAGES)} ready\n")
+    for language in sorted(LANGUAGES):
+        if language in found:
+            out.write(f"  ok       {language:14} {found[language]}\n")
+        else:
+            out.write(f"  absent   {language:14} {_INSTALL.format(language=language)}\n")
     missing = [layer.name for layer in layers if layer.required and not layer.active]
     if missing:
         out.write(f"strict mode: REFUSES to start (missing: {', '.join(missing)})\n")

@@ -97,6 +97,17 @@ stage() {
       wheels "$ctx/payload/wheels"
       # The launcher and layer library, compiled here (the image needs no compiler).
       REWARDBUS_CACHE=$ctx/payload "$python" -m sandbox_workers.jail build >/dev/null
+      # The toolchains no Debian package provides (infra/toolchains/fetch.sh), fetched here:
+      # the image build has no registry access.
+      local fetched=() lang
+      for lang in $languages; do
+        case "$lang" in typescript|kotlin|scala) fetched+=("$lang") ;; esac
+      done
+      if [ ${#fetched[@]} -gt 0 ]; then
+        "$repo/infra/toolchains/fetch.sh" "$cache/toolchains"
+        mkdir -p "$ctx/payload/toolchains"
+        for lang in "${fetched[@]}"; do cp -r "$cache/toolchains/$lang" "$ctx/payload/toolchains/"; done
+      fi
       ;;
     aggregator) wheels "$ctx/payload/wheels" ;;
   esac
