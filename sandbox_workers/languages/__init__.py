@@ -20,6 +20,7 @@ from sandbox_workers.languages.base import (
     utf8,
 )
 from sandbox_workers.languages.go import Go
+from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
 from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.native import C, Cpp
@@ -46,6 +47,7 @@ __all__ = [
 
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
+    Haskell(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
