@@ -106,17 +106,27 @@ main = Solution.main `RewardbusException.catch` \\e -> case e of
   _ -> RewardbusException.throwIO e
 {_ON_HEAP_OVERFLOW}"""
 # The tests' main renamed, run by ours, which prints the marker once it has returned
-# (str.format: double braces are Haskell's). A program cannot leave early through
+# (an f-string: double braces are Haskell's). A program cannot leave early through
 # `throw ExitSuccess` in a pure function (caught here: an exit during the tests), and an
 # `error` called by the tests themselves (MultiPL-E's failed check) is a failed assertion,
 # while the program's own errors stay crashes. The tests compile as Safe Haskell
 # (test_compile_args), so the program has no unsafePerformIO to run anything else.
 _TESTS_MAIN = re.compile(r"^main\b", re.M)
 _RENAMED_MAIN = "rewardbusTestsMain"
-_TESTS_HEADER = f"""module Main (main) where
-import Solution hiding ({", ".join(_PRELUDE_NAMES)})
-import Prelude
-{_IMPORTS}"""
+# MultiPL-E's `let candidate = <function>`: the function under test.
+_CANDIDATE = re.compile(r"\bcandidate\s*=\s*([a-z_][\w']*)")
+
+
+def _tests_header(tests: str) -> str:
+    """The tests' module header: Prelude's names are Prelude's, but for the function under
+    test, which is the program's even when Prelude has one of that name (``gcd``)."""
+    found = _CANDIDATE.search(tests)
+    tested = found.group(1) if found else None
+    hidden = ", ".join(name for name in _PRELUDE_NAMES if name != tested)
+    prelude = f"import Prelude hiding ({tested})" if tested else "import Prelude"
+    return f"module Main (main) where\nimport Solution hiding ({hidden})\n{prelude}\n{_IMPORTS}"
+
+
 _AFTER_MAIN = f"""
 main :: RewardbusPrelude.IO ()
 main = do
@@ -245,7 +255,7 @@ class Haskell(Language):
             return None
         masked, key = masked_marker(marker)
         return (
-            f"{self.test_prelude}{_TESTS_HEADER}{_TESTS_MAIN.sub(_RENAMED_MAIN, body)}\n"
+            f"{self.test_prelude}{_tests_header(body)}{_TESTS_MAIN.sub(_RENAMED_MAIN, body)}\n"
             f"{_AFTER_MAIN}rewardbusMasked = [{byte_list(masked)}]\n"
             f"rewardbusKey = [{byte_list(key)}]\n"
         )
