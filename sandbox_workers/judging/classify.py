@@ -28,6 +28,7 @@ _OUT_OF_MEMORY = re.compile(
     rb"MemoryError|[Cc]annot allocate|java\.lang\.OutOfMemoryError|std::bad_alloc"
     rb"|JavaScript heap out of memory|memory allocation of \d+ bytes failed"
     rb"|runtime: out of memory|fatal error: out of memory|Out of memory"
+    rb"|System\.OutOfMemoryException"  # .NET (Mono): the GC heap at max-heap-size
 )
 # Only the end of stderr is searched: that is where a dying runtime reports.
 _STDERR_WINDOW = 16 * 1024

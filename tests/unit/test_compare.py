@@ -188,6 +188,10 @@ def result(**overrides: object) -> ExecResult:
             Verdict.MEMORY_LIMIT,
         ),
         (
+            {"exit_code": 1, "stderr": b"System.OutOfMemoryException: Insufficient memory"},
+            Verdict.MEMORY_LIMIT,
+        ),
+        (
             {"exit_code": None, "signal": 6, "stderr": b"what():  std::bad_alloc"},
             Verdict.MEMORY_LIMIT,
         ),
