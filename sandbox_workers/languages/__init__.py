@@ -19,6 +19,7 @@ from sandbox_workers.languages.base import (
     Toolchain,
     utf8,
 )
+from sandbox_workers.languages.csharp import CSharp
 from sandbox_workers.languages.go import Go
 from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
@@ -48,6 +49,7 @@ __all__ = [
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     Haskell(),
+    CSharp(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
