@@ -20,6 +20,7 @@ from sandbox_workers.languages.base import (
     utf8,
 )
 from sandbox_workers.languages.csharp import CSharp
+from sandbox_workers.languages.d import D
 from sandbox_workers.languages.go import Go
 from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
@@ -50,6 +51,7 @@ _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     Haskell(),
     CSharp(),
+    CSharp(), D(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
