@@ -28,6 +28,7 @@ from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.native import C, Cpp
 from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.python import Python
+from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.shell import Bash
 from sandbox_workers.languages.sql import Sql
@@ -52,6 +53,7 @@ _ALL: tuple[Language, ...] = (
     Haskell(),
     CSharp(),
     CSharp(), D(),
+    Ruby(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
