@@ -25,6 +25,7 @@ from sandbox_workers.languages.go import Go
 from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
 from sandbox_workers.languages.javascript import JavaScript
+from sandbox_workers.languages.lua import Lua
 from sandbox_workers.languages.native import C, Cpp
 from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.python import Python
@@ -54,6 +55,7 @@ _ALL: tuple[Language, ...] = (
     CSharp(),
     CSharp(), D(),
     Ruby(),
+    Ruby(), Lua(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
