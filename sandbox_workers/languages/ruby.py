@@ -15,9 +15,10 @@ from sandbox_workers.languages.base import (
     Launch,
     Toolchain,
     byte_list,
-    discover_binary,
     masked_marker,
+    probe_version,
     read_only,
+    resolve_binary,
 )
 from schemas import Limits
 
@@ -169,11 +170,20 @@ else
 end
 """
 
+# Gems that ship with Ruby but live outside its standard library directory: test-unit
+# (MultiPL-E's tests) with power_assert, and prime and matrix, which solutions require.
+# Their load paths, found once by the trusted host ruby at discovery.
+_BUNDLED_LIBS = (
+    "print %w[test-unit power_assert prime matrix]"
+    ".filter_map { |g| Gem::Specification.find_all_by_name(g).max_by(&:version) }"
+    '.flat_map(&:full_require_paths).join(":")'
+)
+
 _TEST_UNIT = re.compile(r"\bTest::Unit\b|\btest/unit\b")
 
 
 class Ruby(Language):
-    """The system ruby running the script file; ``RUBYOPT``/``RUBYLIB`` never reach it."""
+    """The system ruby without RubyGems; ``RUBYOPT``/``RUBYLIB`` never reach it."""
 
     name = "ruby"
     aliases = frozenset({"ruby", "rb"})
@@ -183,14 +193,22 @@ class Ruby(Language):
 
     def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
         del state_dir, fetched
-        # The interpreter's library and bundled gems (test-unit) live under /usr/lib,
-        # which the jail's read-only /usr already shows.
-        return discover_binary(
-            self.name,
-            "ruby",
-            ["--version"],
-            version=_ruby_version,
-            mounts=lambda ruby: read_only(ruby.parent),
+        ruby = resolve_binary("ruby")
+        if ruby is None:
+            return None
+        banner = probe_version([str(ruby), "--version"])
+        if banner is None:
+            return None
+        gems = probe_version([str(ruby), "-e", _BUNDLED_LIBS]) or ""
+        libs = [lib for lib in gems.split(":") if lib]
+        # The interpreter's library and (on Debian) the bundled gems live under /usr/lib,
+        # which the jail's read-only /usr already shows; gems elsewhere are mounted.
+        elsewhere = [lib for lib in libs if not Path(lib).is_relative_to("/usr")]
+        return Toolchain(
+            language=self.name,
+            version=_ruby_version(banner),
+            paths={"ruby": str(ruby), "libs": ":".join(libs)},
+            mounts=read_only(ruby.parent, *elsewhere),
         )
 
     def mark_tests_end(self, tests: str, marker: str) -> str:
@@ -200,8 +218,17 @@ class Ruby(Language):
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         del limits
+        libs = [f"-I{lib}" for lib in toolchain.paths["libs"].split(":") if lib]
         return Launch(
-            argv=(toolchain.paths["ruby"], f"-r./{_GUARD_FILE}", entry),
+            argv=(
+                toolchain.paths["ruby"],
+                # RubyGems costs ~90 ms of CPU per start (most of a trivial program's run);
+                # the bundled gems programs and tests use are on the load path instead.
+                "--disable-gems",
+                *libs,
+                f"-r./{_GUARD_FILE}",
+                entry,
+            ),
             files={_GUARD_FILE: _GUARD.encode()},
         )
 
