@@ -31,7 +31,7 @@ _CHECKED: dict[str, tuple[str, ...]] = {
     "BasicObject": ("==", "!", "!=", "equal?", "instance_eval"),
     "Kernel": (
         "class", "is_a?", "kind_of?", "instance_of?", "respond_to?",
-        "raise", "fail", "require", "require_relative", "load",
+        "raise", "fail", "require", "require_relative", "load", "set_trace_func",
     ),
     "Module": ("==", "===", "<", "<=", "instance_method", "define_method", "class_eval"),
     "UnboundMethod": ("==", "bind_call"),
@@ -48,6 +48,8 @@ _CHECKED: dict[str, tuple[str, ...]] = {
     "FalseClass": ("==",),
     "Comparable": ("==",),
     "Process.singleton_class": ("exit!",),
+    "ObjectSpace.singleton_class": ("each_object",),
+    "TracePoint": ("enabled?",),
 }  # fmt: skip
 _CHECKED_COUNT = sum(len(names) for names in _CHECKED.values())
 _GUARD_FILE = "rewardbus_guard.rb"
@@ -65,7 +67,8 @@ _GUARD = (
 # to the tests, and refuse to run them (see _MARKED) when it did:
 # - a core method of _CHECKED redefined or shadowed by a prepended module
 #   (`class Integer; def ==(o) = true; end`, `module Kernel; def raise(*) = nil; end`);
-# - test/unit loaded, and so patched, before the tests load it.
+# - test/unit loaded, and so patched, before the tests load it;
+# - a TracePoint left enabled (it could patch test/unit as it loads), or a trace function.
 # Refusal is a local variable, set by plain assignment: nothing the program redefined
 # runs on the way from a detection to the decision. Every check must have run (a
 # patched Array#each would skip them all).
@@ -87,6 +90,10 @@ end
 if defined?(::Test::Unit) || $LOADED_FEATURES.any? {{ |path| path.include?("test/unit") }}
   rewardbus_refused ||= "the program loaded test/unit before the tests"
 end
+ObjectSpace.each_object(TracePoint) do |trace|
+  rewardbus_refused ||= "the program left a TracePoint enabled" if trace.enabled?
+end
+set_trace_func(nil)
 rewardbus_exit = Process.method(:exit!)
 [Kernel, Process].each do |owner|
   %i[exit exit! exec].each do |name|
