@@ -33,11 +33,11 @@ from schemas import Limits
 __all__ = ["Lua"]
 
 # Run before the program. Besides keeping the copy (see the module docstring), it takes
-# away what would reach past it: the debug library (upvalues, the registry, metatables of
-# any value), C modules (package.loadlib and the C searchers: native code), and bytecode
-# (load, loadfile, dofile and require take source text only: Lua 5.4 runs hand-made
-# bytecode unchecked). File handles' metatable is made read-only too: the tests write
-# through it.
+# away what would reach past it: the debug library but its traceback (upvalues, the
+# registry, metatables of any value), C modules (package.loadlib and the C searchers:
+# native code), and bytecode (load, loadfile, dofile and require take source text only:
+# Lua 5.4 runs hand-made bytecode unchecked). File handles' metatable is made read-only
+# too: the tests write through it.
 _GUARD = r"""do
   local G, next, rawget, rawset, select, error = _G, next, rawget, rawset, select, error
   local setmetatable, getmetatable = setmetatable, getmetatable
@@ -67,7 +67,8 @@ _GUARD = r"""do
   end
   package.searchers[3], package.searchers[4] = nil, nil
   package.loadlib, package.cpath = nil, ""
-  G.debug, package.loaded.debug = nil, nil
+  local traceback_only = {traceback = debug.traceback}
+  G.debug, package.loaded.debug = traceback_only, traceback_only
   local globals, libraries = copy(G), {}
   for _, name in next, {"string", "table", "math", "os", "io", "coroutine", "utf8"} do
     libraries[name] = copy(G[name])

@@ -60,6 +60,11 @@ SPEC = LanguageSpec(
         "function(t, k, v)\n"
         "  if type(k) == 'string' and k:sub(1, 4) == 'test' then v = function() end end\n"
         "  rawset(t, k, v)\nend})\n",
+        "string-metatable-replaced": f"{_ADD_WRONG}if debug.setmetatable then\n"
+        "  local fake = setmetatable({rewardbus_stop_exits = function() end,\n"
+        "    error = function() end, pcall = function() return true end}, {__index = _G})\n"
+        "  debug.setmetatable('', {__index = string, __call = function() return fake end})\n"
+        "end\n",
         "environment-replaced": f"{_ADD_WRONG}local real_exit = os.exit\n"
         "_ENV = setmetatable({os = {exit = function() real_exit(0) end}}, {__index = _G})\n",
     },
