@@ -33,6 +33,7 @@ from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.shell import Bash
 from sandbox_workers.languages.sql import Sql
+from sandbox_workers.languages.typescript import TypeScript
 from schemas import cache_root
 
 __all__ = [
@@ -56,6 +57,7 @@ _ALL: tuple[Language, ...] = (
     CSharp(), D(),
     Ruby(),
     Ruby(), Lua(),
+    TypeScript(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
