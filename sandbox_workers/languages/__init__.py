@@ -28,6 +28,7 @@ from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.lua import Lua
 from sandbox_workers.languages.native import C, Cpp
 from sandbox_workers.languages.perl import Perl
+from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.rust import Rust
@@ -58,6 +59,7 @@ _ALL: tuple[Language, ...] = (
     Ruby(),
     Ruby(), Lua(),
     TypeScript(),
+    TypeScript(), Php(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
