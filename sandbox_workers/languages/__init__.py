@@ -53,13 +53,7 @@ __all__ = [
 
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
-    Haskell(),
-    CSharp(),
-    CSharp(), D(),
-    Ruby(),
-    Ruby(), Lua(),
-    TypeScript(),
-    TypeScript(), Php(),
+    TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
