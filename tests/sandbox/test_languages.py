@@ -98,22 +98,6 @@ PROGRAMS: dict[str, dict[Verdict, str]] = {
         RE: 'fn main(){ panic!("boom"); }\n',
         CE: 'fn main(){ let x: i32 = "a"; }\n',
     },
-    "bash": {
-        AC: "read -r a b\necho $((a + b))\n",
-        WA: "echo nope\n",
-        RE: "exit 3\n",
-        TLE: "while true; do :; done\n",
-        MLE: "s=xxxxxxxxxxxxxxxx\nwhile true; do s=$s$s; done\n",
-        OLE: "yes\n",
-    },
-    "perl": {
-        AC: "my ($a, $b) = split ' ', <STDIN>;\nprint $a + $b, \"\\n\";\n",
-        WA: 'print "nope\\n";\n',
-        RE: 'die "boom";\n',
-        TLE: "1 while 1;\n",
-        MLE: "my $s = 'x' x 1024; $s .= $s while 1;\n",
-        OLE: 'print "y\\n" while 1;\n',
-    },
     "sql": {
         AC: "SELECT a + b FROM pair;",
         WA: "SELECT a - b FROM pair;",
