@@ -46,7 +46,6 @@ POSIXLY_CORRECT=y
 \\shopt -u expand_aliases extdebug nocasematch
 \\trap - DEBUG RETURN ERR EXIT
 \\unset POSIXLY_CORRECT
-IFS=$' \\t\\n'
 \\trap '[[ $? != 1 ]] || echo "assertion failed: $BASH_COMMAND" >&2' EXIT
 """
 # MultiPL-E's tests turn errexit on (`set -e`) and then rely on it.
