@@ -13,34 +13,31 @@ from sandbox_workers.languages.base import (
     discover_binary,
     masked_marker,
     read_only,
+    utf8,
 )
 from schemas import Limits
 
 __all__ = ["Perl"]
 
-# Put between the program and an assert suite's tests (one file, the program first): undoes
-# what the program's compile-time code did to the code compiled after it.
-# - `package main`: the tests run where MultiPL-E's tests expect the program's subs.
-# - The program's lexical pragmas end: `use integer`, `use utf8`, and overload::constant
-#   (bigint's, or one that turns every literal of the tests into a value equal to anything).
+# Put between the program and an assert suite's tests. The program runs as a string eval
+# compiled after the tests (see Perl.prepare_source), so its compile-time tricks (a
+# source filter, overrides of exit, overload::constant, `package`) cannot reach them.
 # - `no overloading`: the tests' == and eq compare values; a returned object whose
 #   overloaded == is always true compares by address (so does an honest Math::BigInt: the
 #   price of this line).
-# - Overrides of core functions (`*CORE::GLOBAL::exit = sub {}` made the tests' `exit 1`
-#   a no-op) are deleted before the tests compile, so their calls are the core ops.
 # - MultiPL-E's Perl tests fail by `exit 1`: the END block says so in words, as an assert
-#   would (ours runs before the program's END blocks: last defined, first run).
+#   would. (The program's END blocks, compiled later, run before it: one that resets $?
+#   to 0 still loses the marker.)
 _TEST_PRELUDE = r"""
-package main;
-BEGIN { $^H = 0; %^H = (); }
 no overloading;
-BEGIN { delete @CORE::GLOBAL::{keys %CORE::GLOBAL::}; }
 $rewardbus::testing = 1;
 END {
     print STDERR "\nassertion failed: the tests exited with status 1\n"
         if $? == 1 && $rewardbus::testing;
 }
 """
+# mark_tests_end's first line: where the program ends in an assert suite's source.
+_KEY_LINE = "my @rewardbus_key = ("
 
 
 class Perl(Language):
@@ -64,15 +61,31 @@ class Perl(Language):
             mounts=lambda perl: read_only(perl.parent),
         )
 
+    def prepare_source(self, source: str) -> str:
+        # An assert suite's source is the program, then mark_tests_end's text (the last
+        # key line is ours: the program comes first). The program becomes a string eval
+        # that the tests' file runs first: perl compiles it on its own, after the tests,
+        # so what it does at compile time (a source filter that rewrites the rest of the
+        # file, a here-document or __END__ that swallows it, lexical pragmas) cannot
+        # reach them; string evals take no source filters. Hex, so that no text of the
+        # program can end the string. #line keeps its messages' file and line numbers.
+        cut = source.rfind(f"\n{_KEY_LINE}")
+        if cut < 0:
+            return source
+        program, tests = source[:cut], source[cut + 1 :]
+        key, _, rest = tests.partition("\n")
+        named = f'#line 1 "{self.source_name(program)}"\n{program}\n'
+        return f"{key}\neval pack('H*', '{utf8(named).hex()}');\ndie $@ if $@;\n{rest}"
+
     def mark_tests_end(self, tests: str, marker: str) -> str:
         # An assert suite passes when perl exits 0, so `exit 0` (in add, in a BEGIN block, an
         # END block resetting $?, POSIX::_exit, exec) passed every test: the marker comes
-        # after the tests' last line. Its key is the first line after the program: a
-        # here-document or __END__ that swallows the tests (up to their last line, so that
-        # what follows still runs) swallows the key too.
+        # after the tests' last line. Its key is the first line after the program, where
+        # prepare_source finds the program's end (and, were the program not split off, a
+        # here-document that swallowed the tests up to their last line would swallow it).
         masked, key = masked_marker(marker)
         return (
-            f"my @rewardbus_key = ({byte_list(key)});\n{tests}\n"
+            f"{_KEY_LINE}{byte_list(key)});\n{tests}\n"
             f"my @rewardbus_masked = ({byte_list(masked)});\n"
             "print STDERR pack('C*', map { $rewardbus_masked[$_] ^ $rewardbus_key[$_] }"
             " 0 .. $#rewardbus_masked);\n"
