@@ -36,11 +36,15 @@ _BUILTINS = (
 # POSIXLY_CORRECT is no command, so nothing can stand in for it); builtins switched off
 # by `enable -n` are switched on, aliases and the shell options that change the checks
 # (extdebug: a failing DEBUG trap skips the next command; nocasematch) go, and so do the
-# program's traps. Each line's command name is quoted, so no alias replaces it. A failed
-# check exits 1 (set -e): the EXIT trap says so in words, as an assert would.
+# program's traps. Each line's command name is quoted, so no alias replaces it. A function
+# that cannot be removed (readonly) ends the run: `${...?}` is an expansion, no command.
+# A failed check exits 1 (set -e): the EXIT trap says so in words, as an assert would.
 _TEST_PRELUDE = f"""
 POSIXLY_CORRECT=y
-\\unset -f {_BUILTINS} command_not_found_handle
+\\unset -f {_BUILTINS} command_not_found_handle || {{
+    rewardbus_key=()
+    : "${{rewardbus_readonly_function?readonly function: the assertions cannot be trusted}}"
+}}
 \\enable {_BUILTINS}
 \\unalias -a
 \\shopt -u expand_aliases extdebug nocasematch
