@@ -26,6 +26,7 @@ from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
 from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.lua import Lua
+from sandbox_workers.languages.kotlin import Kotlin
 from sandbox_workers.languages.native import C, Cpp
 from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.php import Php
@@ -54,6 +55,7 @@ __all__ = [
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(),
+    Kotlin(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
