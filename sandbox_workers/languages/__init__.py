@@ -33,6 +33,7 @@ from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.rust import Rust
+from sandbox_workers.languages.scala import Scala
 from sandbox_workers.languages.shell import Bash
 from sandbox_workers.languages.sql import Sql
 from sandbox_workers.languages.typescript import TypeScript
@@ -56,6 +57,7 @@ _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(),
     Kotlin(),
+    Kotlin(), Scala(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}

@@ -34,7 +34,7 @@ JVM_FLAGS = (
     "-XX:+UseSerialGC",  # one GC thread: fewer processes, no parallel-GC spikes
     "-XX:-UsePerfData",  # no hsperfdata file in /tmp
     "-Xshare:auto",
-    "-XX:TieredStopAtLevel=1",  # C1 only: short-lived programs, and it halves kotlinc's time
+    "-XX:TieredStopAtLevel=1",  # C1 only: short-lived programs; halves kotlinc's CPU time
     "-XX:CompressedClassSpaceSize=64m",
     "-XX:ReservedCodeCacheSize=64m",
 )
