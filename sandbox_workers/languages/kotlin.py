@@ -51,7 +51,7 @@ class Kotlin(Language):
 
     name = "kotlin"
     aliases = frozenset({"kotlin", "kt"})
-    fence_tags = frozenset({"kotlin", "kt", "kts"})
+    fence_tags = frozenset({"kotlin", "kt"})
     extension = "kt"
 
     def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
