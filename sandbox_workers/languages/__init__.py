@@ -32,6 +32,7 @@ from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.ruby import Ruby
+from sandbox_workers.languages.r import R
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.scala import Scala
 from sandbox_workers.languages.shell import Bash
@@ -58,6 +59,7 @@ _ALL: tuple[Language, ...] = (
     TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(),
     Kotlin(),
     Kotlin(), Scala(),
+    R(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
