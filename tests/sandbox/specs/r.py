@@ -14,8 +14,7 @@ SPEC = LanguageSpec(
         Verdict.WRONG_ANSWER: 'cat("0\\n")\n',
         Verdict.RUNTIME_ERROR: 'stop("boom")\n',
         Verdict.TIME_LIMIT: "repeat {}\n",
-        Verdict.MEMORY_LIMIT: "keep <- list()\n"
-        "repeat keep[[length(keep) + 1]] <- runif(1e6)\n",
+        Verdict.MEMORY_LIMIT: "keep <- list()\nrepeat keep[[length(keep) + 1]] <- runif(1e6)\n",
         Verdict.OUTPUT_LIMIT: 'repeat cat(strrep("x", 1000), "\\n")\n',
     },
     assert_tests="""test_humaneval <- function() {
