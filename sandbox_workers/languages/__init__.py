@@ -33,6 +33,7 @@ from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
 from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.r import R
+from sandbox_workers.languages.racket import Racket
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.scala import Scala
 from sandbox_workers.languages.shell import Bash
@@ -60,6 +61,7 @@ _ALL: tuple[Language, ...] = (
     Kotlin(),
     Kotlin(), Scala(),
     R(),
+    R(), Racket(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
