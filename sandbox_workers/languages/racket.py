@@ -43,8 +43,9 @@ _RUN = (
 # MultiPL-E's tests follow the program in its module, so anything the program defines
 # shadows them: its own check-equal? (a no-op), even a macro named let or define that
 # rewrites the tests. So the tests become a submodule of the program's module, in the
-# racket language, that imports the program's definitions except those whose names
-# racket or rackunit bind (the program's own helpers still see its versions).
+# racket language, that imports the program's definitions except those that rackunit
+# binds, and its macros whose names racket binds. A function of the program still
+# shadows racket's of the same name (the function under test may be called gcd).
 #
 # rackunit reports a failed check on stderr and goes on: the process exits 0. Checks here
 # run under an around of ours (not the current check handler, which the function under
@@ -56,11 +57,17 @@ _RUN = (
 _TESTS_MODULE = """
 (provide (all-defined-out))
 (module* {tests} racket
-(require (for-syntax racket/base) racket/require rackunit)
+(require (for-syntax racket/base) racket/require rackunit
+         (prefix-in rewardbus-program: (submod ".."))
+         (prefix-in rewardbus-rackunit: rackunit))
 (require (filtered-in
           (lambda (name)
-            (and (not (identifier-binding
-                       (datum->syntax (quote-syntax here) (string->symbol name)) 0))
+            (define (here prefix)
+              (datum->syntax (quote-syntax here) (string->symbol (string-append prefix name))))
+            (define (bound? prefix) (identifier-binding (here prefix) 0))
+            (define (syntax? prefix) (syntax-local-value (here prefix) (lambda () #f)))
+            (and (not (bound? "rewardbus-rackunit:"))
+                 (not (and (bound? "") (syntax? "rewardbus-program:")))
                  name))
           (submod "..")))
 (define rewardbus-exit (exit-handler))
