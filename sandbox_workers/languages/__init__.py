@@ -25,15 +25,15 @@ from sandbox_workers.languages.go import Go
 from sandbox_workers.languages.haskell import Haskell
 from sandbox_workers.languages.java import Java
 from sandbox_workers.languages.javascript import JavaScript
-from sandbox_workers.languages.lua import Lua
 from sandbox_workers.languages.kotlin import Kotlin
+from sandbox_workers.languages.lua import Lua
 from sandbox_workers.languages.native import C, Cpp
 from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
-from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.r import R
 from sandbox_workers.languages.racket import Racket
+from sandbox_workers.languages.ruby import Ruby
 from sandbox_workers.languages.rust import Rust
 from sandbox_workers.languages.scala import Scala
 from sandbox_workers.languages.shell import Bash
@@ -57,11 +57,8 @@ __all__ = [
 
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
-    TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(),
-    Kotlin(),
-    Kotlin(), Scala(),
-    R(),
-    R(), Racket(),
+    TypeScript(), Php(), Ruby(), Lua(), R(), Racket(), D(), CSharp(), Kotlin(), Scala(),
+    Haskell(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}

@@ -59,7 +59,8 @@ class D(Language):
     """D (LDC, unoptimised: a compile takes a quarter of -O's time; asserts stay on)."""
 
     name = "d"
-    aliases = frozenset({"d", "dlang", "ldc", "ldc2"})
+    # d_ut: SandboxFusion's tag (verl's sandbox client) for D with unittest blocks.
+    aliases = frozenset({"d", "dlang", "ldc", "ldc2", "d_ut"})
     fence_tags = frozenset({"d", "dlang"})
     extension = "d"
 

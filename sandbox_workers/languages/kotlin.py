@@ -50,7 +50,8 @@ class Kotlin(Language):
     """Kotlin: ``kotlinc`` (K2JVMCompiler) to a jar, run with the standard library."""
 
     name = "kotlin"
-    aliases = frozenset({"kotlin", "kt"})
+    # kotlin_script: SandboxFusion's tag (verl's sandbox client) for Kotlin.
+    aliases = frozenset({"kotlin", "kt", "kotlin_script"})
     fence_tags = frozenset({"kotlin", "kt"})
     extension = "kt"
 
