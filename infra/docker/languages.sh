@@ -1,13 +1,14 @@
 #!/bin/sh
 # Install the Debian toolchains for the sandbox languages named in $@ (the worker
 # image's LANGUAGES build argument). bash and perl come with every Debian base
-# (bash, perl-base), so they need nothing here. The jail's launcher needs no
+# (bash, perl-base); perl gets Test::Deep, which MultiPL-E's tests use. The jail's launcher needs no
 # compiler in the image: images.sh compiles it outside and ships the binaries.
 set -eu
 pkgs="python3 python3-venv"
 for lang in "$@"; do
   case "$lang" in
-    python|bash|perl) ;;
+    python|bash) ;;
+    perl) pkgs="$pkgs libtest-deep-perl" ;;  # MultiPL-E's Perl tests use Test::Deep
     c) pkgs="$pkgs gcc libc6-dev" ;;
     cpp) pkgs="$pkgs g++ libc6-dev" ;;
     sql) pkgs="$pkgs sqlite3" ;;

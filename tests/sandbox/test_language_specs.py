@@ -111,3 +111,32 @@ async def test_compiles_are_cached_and_errors_carry_the_compilers_message(
     assert executor.compile_cache.stats.misses == misses
     broken = await _run(executor, spec, spec.programs[Verdict.COMPILE_ERROR], suite)
     assert broken.verdict is Verdict.COMPILE_ERROR and broken.message.strip()
+
+
+# MultiPL-E's Perl tests, verbatim in shape: they need Test::Deep (libtest-deep-perl).
+_PERL_TEST_DEEP = """use Test::Deep;
+
+sub testhumaneval {
+    my $candidate = \\&add;
+        if(eq_deeply($candidate->(2, 3),5)) {
+        print "ok!" }else{
+        exit 1;
+        }
+        if(eq_deeply($candidate->(-1, 1),0)) {
+        print "ok!" }else{
+        exit 1;
+        }
+}
+
+testhumaneval();
+"""
+
+
+async def test_multipl_e_perl_tests_find_test_deep(executor: Executor) -> None:
+    suite = AssertSuite(code=_PERL_TEST_DEEP)
+    add = "sub add {{ my ($a, $b) = @_; return $a {} $b; }}\n"
+    spec = next(s for s in SPECS if s.language == "perl")
+    good = await _run(executor, spec, add.format("+"), suite)
+    assert (good.verdict, good.score) == (AC, 1.0), (good.message, good.stderr_tail)
+    bad = await _run(executor, spec, add.format("*"), suite)
+    assert (bad.verdict, bad.score) == (WA, 0.0), (bad.message, bad.stderr_tail)
