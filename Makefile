@@ -42,9 +42,12 @@ $(KAFKA_LIB)/.complete: infra/kafka/pom.xml
 	    dependency:copy-dependencies -DoutputDirectory=$(KAFKA_LIB) -DincludeScope=runtime
 	touch $@
 
-# The sandbox toolchains no Debian package provides, fetched once into
-# $(REWARDBUS_CACHE)/toolchains: TypeScript (npm), the Kotlin and Scala compilers (Maven).
+# Every sandbox language's toolchain: the Debian packages missing on this host (apt, as
+# root: infra/toolchains/host-languages.sh), then those no Debian package provides, fetched
+# once into $(REWARDBUS_CACHE)/toolchains: TypeScript (npm), the Kotlin and Scala compilers
+# (Maven Central). docs/languages.md.
 toolchains:
+	infra/toolchains/host-languages.sh
 	infra/toolchains/fetch.sh
 
 # Jaeger, Prometheus and promtool, built once from the Go module proxy into
@@ -67,7 +70,7 @@ docker-engine:
 
 # rewardbus-kafka, -worker and -aggregator on a debootstrap base, built locally (no
 # registry needed); an image whose content-hash tag exists is not rebuilt.
-# The worker carries all ten languages' toolchains; WORKER_LANGUAGES="python c cpp"
+# The worker carries all twenty-two languages' toolchains; WORKER_LANGUAGES="python c cpp"
 # narrows them (docs/containers.md).
 WORKER_LANGUAGES ?=
 images: $(VENV)/.installed kafka-jars docker-engine
@@ -75,7 +78,7 @@ images: $(VENV)/.installed kafka-jars docker-engine
 
 # The images tests/containers/ run: those of `make images` (one test judges every
 # language in the full worker) and the worker with the four cheap toolchains, which the
-# others start (the 1.8 GB full one takes minutes per container start on a vfs engine).
+# others start (the 3.9 GB full one takes minutes per container start on a vfs engine).
 # After `images`, never beside it: both write images.sh's build contexts.
 TEST_WORKER_LANGUAGES := python bash perl sql
 test-images: images

@@ -34,5 +34,8 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # shellcheck disable=SC2086 # word splitting of the package list is intended
 apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
-apt-get clean
-rm -rf /var/lib/apt/lists/*
+# An image keeps no package cache; a host (infra/toolchains/host-languages.sh) keeps its own.
+if [ "${KEEP_APT_LISTS:-0}" != 1 ]; then
+  apt-get clean
+  rm -rf /var/lib/apt/lists/*
+fi
