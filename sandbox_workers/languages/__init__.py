@@ -28,6 +28,7 @@ from sandbox_workers.languages.javascript import JavaScript
 from sandbox_workers.languages.kotlin import Kotlin
 from sandbox_workers.languages.lua import Lua
 from sandbox_workers.languages.native import C, Cpp
+from sandbox_workers.languages.ocaml import OCaml
 from sandbox_workers.languages.perl import Perl
 from sandbox_workers.languages.php import Php
 from sandbox_workers.languages.python import Python
@@ -59,6 +60,7 @@ _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     TypeScript(), Php(), Ruby(), Lua(), R(), Racket(), D(), CSharp(), Kotlin(), Scala(),
     Haskell(),
+    TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(), OCaml(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
