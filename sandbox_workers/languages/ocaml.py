@@ -67,6 +67,8 @@ _CANDIDATE = re.compile(
 # handler of its) meets our at_exit handler, registered last and so run first: it says so
 # and ends the process with EXIT_CALLED_STATUS. An exit that skips at_exit (the runtime's
 # caml_sys_exit, libc's exit by an `external`) leaves the marker out.
+# The line directive numbers the tests' lines from 1, as "tests.ml", in compiler errors
+# and failed asserts.
 _BEFORE_TESTS = f"""[@@@ocaml.warning "-a"]
 module {_STDLIB} = Stdlib
 module {_SOLUTION} = Solution
@@ -88,13 +90,14 @@ let () =
       open Solution
       open {_STDLIB}
       module Stdlib = {_STDLIB}
+# 1 "tests.ml"
 """
 _AFTER_TESTS = """
     end in
     rewardbus_in_tests := false
   with
   | Assert_failure (file, line, column) ->
-      rewardbus_fail 1 (Printf.sprintf "\\nAssertion failed: File %S, line %d, characters %d\\n"
+      rewardbus_fail 1 (Printf.sprintf "\\nAssertion failed: File %S, line %d, column %d\\n"
         file line column)
   | Out_of_memory -> rewardbus_fail 2 "\\nOut of memory (exception Out_of_memory)\\n"
   | error -> rewardbus_fail 2
