@@ -59,8 +59,7 @@ __all__ = [
 _ALL: tuple[Language, ...] = (
     Python(), JavaScript(), C(), Cpp(), Go(), Java(), Rust(), Bash(), Sql(), Perl(),
     TypeScript(), Php(), Ruby(), Lua(), R(), Racket(), D(), CSharp(), Kotlin(), Scala(),
-    Haskell(),
-    TypeScript(), Php(), Ruby(), Lua(), CSharp(), D(), Haskell(), OCaml(),
+    Haskell(), OCaml(),
 )  # fmt: skip
 
 LANGUAGES: Mapping[str, Language] = {language.name: language for language in _ALL}
