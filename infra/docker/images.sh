@@ -13,7 +13,7 @@
 # exists is not rebuilt. With a registry, build the Dockerfiles directly: they
 # default to BASE_IMAGE=debian:bookworm-slim.
 #
-#   WORKER_LANGUAGES  the worker's toolchains (default: all ten; `make test` builds
+#   WORKER_LANGUAGES  the worker's toolchains (default: all twenty-two; `make test` builds
 #                     "python bash perl sql", see TEST_WORKER_LANGUAGES in the Makefile)
 #   BASE_IMAGE        use this base instead of the debootstrap one
 #   IMAGES            which images to build (default: "kafka worker aggregator")
@@ -24,9 +24,9 @@ images_dir=$cache/images
 kafka_lib=${REWARDBUS_KAFKA_LIB:-$cache/kafka-4.1.1/lib}
 python=${PYTHON:-$repo/.venv/bin/python}
 # Default: every language the worker judges, what a deployment wants. They make a
-# 1.8 GB image: ~8 min to build and 2-3 min per container start on a vfs engine under
+# 3.9 GB image: ~13 min to build and minutes per container start on a vfs engine under
 # load (docs/containers.md), so the test images carry the cheap four only.
-languages=${WORKER_LANGUAGES:-python c cpp bash perl sql javascript java go rust}
+languages=${WORKER_LANGUAGES:-python c cpp bash perl sql javascript java go rust typescript php ruby lua r racket d csharp kotlin scala haskell ocaml}
 mkdir -p "$images_dir"
 
 log() { echo "images: $*" >&2; }

@@ -3,12 +3,12 @@
 # local debootstrap base; with a registry, the default official base works unchanged.
 #
 # Metadata comes first and the two heavy steps last: on a vfs storage driver every
-# instruction after the toolchain layer would copy the whole (~1.5 GB) root file system.
+# instruction after the toolchain layer would copy the whole (~4 GB) root file system.
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
-# All ten languages cost ~1.7 GB (and minutes per container start on a vfs engine);
+# All twenty-two languages cost ~3.9 GB (and minutes per container start on a vfs engine);
 # images.sh builds "python bash perl sql" unless WORKER_LANGUAGES says otherwise.
-ARG LANGUAGES="python c cpp bash perl sql javascript java go rust"
+ARG LANGUAGES="python c cpp bash perl sql javascript java go rust typescript php ruby lua r racket d csharp kotlin scala haskell ocaml"
 ENV REWARDBUS_CACHE=/var/cache/rewardbus \
     PATH=/opt/rewardbus/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONUNBUFFERED=1

@@ -24,7 +24,9 @@ KAFKA_IMAGE = os.environ.get("REWARDBUS_KAFKA_IMAGE", "rewardbus-kafka:latest")
 WORKER_IMAGE = os.environ.get("REWARDBUS_WORKER_IMAGE", "rewardbus-worker:python-bash-perl-sql")
 # The worker of `make images`, with every language: what a deployment runs.
 FULL_WORKER_LANGUAGES = (
-    "python", "c", "cpp", "bash", "perl", "sql", "javascript", "java", "go", "rust"
+    "python", "c", "cpp", "bash", "perl", "sql", "javascript", "java", "go", "rust",
+    "typescript", "php", "ruby", "lua", "r", "racket", "d", "csharp", "kotlin", "scala",
+    "haskell", "ocaml",
 )  # fmt: skip
 FULL_WORKER_IMAGE = os.environ.get(
     "REWARDBUS_FULL_WORKER_IMAGE", "rewardbus-worker:" + "-".join(FULL_WORKER_LANGUAGES)

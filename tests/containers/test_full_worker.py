@@ -1,9 +1,9 @@
 """The deployable worker image judges every language it ships, inside a container.
 
-`make images` builds rewardbus-worker with all ten toolchains: the image a deployment
+`make images` builds rewardbus-worker with all twenty-two toolchains: the image a deployment
 runs. The other container tests start the four-language worker of `make test-images`,
-because the 1.8 GB full image takes minutes per container start on this machine's vfs
-engine. Here the full image, under the least-privilege set alone, reports all ten
+because the 3.9 GB full image takes minutes per container start on this machine's vfs
+engine. Here the full image, under the least-privilege set alone, reports all twenty-two
 languages and strict mode ready, and judges a right and a wrong program in each
 language through `rewardbus judge`, in one container.
 """
@@ -21,7 +21,7 @@ from schemas import Completion, Verdict, encode_json
 from tests.containers.harness import FULL_WORKER_IMAGE, FULL_WORKER_LANGUAGES, least_privilege
 from tests.sandbox.test_languages import IO, LIMITS, PROGRAMS, SQL_IO
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ENTRYPOINT = "/opt/rewardbus/payload/worker-entrypoint.sh"
 
@@ -57,7 +57,7 @@ def _run(client: docker.DockerClient, inputs: Path) -> tuple[int, str]:
         **least_privilege(),
     )
     try:
-        status = container.wait(timeout=840)
+        status = container.wait(timeout=1400)
         return int(status["StatusCode"]), container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
