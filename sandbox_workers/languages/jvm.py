@@ -3,21 +3,38 @@
 Their compilers are Java programs run by the host's ``java``, their programs run on it too;
 the jars live in ``fetched/<name>/lib`` (infra/toolchains/fetch.sh). Java itself
 (``java.py``) keeps its own copy of the flags: it needs no fetched jars.
+
+Class-data sharing: at discovery each language gets two CDS archives, one for its
+programs (the standard library's classes a trivial program loads) and one
+for its compiler; the JVM maps their parsed classes instead of loading them from the jars,
+which halves a compile's and a small program's CPU time.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import itertools
+import os
 import re
+import secrets
+import subprocess
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox_workers.languages.base import Toolchain, read_only
+from sandbox_workers.languages.base import BASE_ENV, Language, Toolchain, read_only
 from sandbox_workers.languages.java import Java
+from sandbox_workers.sandbox import BindMount
+from schemas import Limits
 
 __all__ = [
+    "COMPILER_ARCHIVE",
     "COMPILER_RESERVE_MB",
     "JVM_FLAGS",
     "JVM_OVERHEAD_MB",
     "JVM_RESERVE_MB",
+    "RUNTIME_ARCHIVE",
     "compiler_flags",
     "discover_jvm_toolchain",
     "run_flags",
@@ -30,43 +47,79 @@ JVM_RESERVE_MB = 2048
 COMPILER_RESERVE_MB = 1024
 # The compilers' heap: "hello world" peaks near 300 MB resident in kotlinc.
 _COMPILER_HEAP_MB = 1024
+# Toolchain.paths roles of the CDS archives.
+RUNTIME_ARCHIVE = "cds-runtime"
+COMPILER_ARCHIVE = "cds-compiler"
+# Training and dumping run trusted code on the host; a compile takes ~5 s of CPU.
+_TRAINING_TIMEOUT_S = 300
 JVM_FLAGS = (
     "-XX:+UseSerialGC",  # one GC thread: fewer processes, no parallel-GC spikes
     "-XX:-UsePerfData",  # no hsperfdata file in /tmp
+    # auto, never on: an archive the JVM cannot use (a jar or the JDK changed since it
+    # was dumped) is skipped silently, and the classes load from the jars as without it.
     "-Xshare:auto",
     "-XX:TieredStopAtLevel=1",  # C1 only: short-lived programs; halves kotlinc's CPU time
     "-XX:CompressedClassSpaceSize=64m",
     "-XX:ReservedCodeCacheSize=64m",
 )
+# Dumping and checking an archive: the same layout flags as the runs that map it.
+_DUMP_FLAGS = tuple(flag for flag in JVM_FLAGS if not flag.startswith("-Xshare"))
 
 
-def compiler_flags() -> tuple[str, ...]:
-    """``java`` flags for a compiler written in a JVM language."""
-    return (f"-Xmx{_COMPILER_HEAP_MB}m", "-Xss8m", *JVM_FLAGS)
+def _archive_flags(toolchain: Toolchain, role: str) -> tuple[str, ...]:
+    archive = toolchain.paths.get(role)
+    return (f"-XX:SharedArchiveFile={archive}",) if archive else ()
 
 
-def run_flags(memory_mb: int) -> tuple[str, ...]:
-    """``java`` flags for a judged program: the heap capped at the memory limit, asserts on."""
+def compiler_flags(toolchain: Toolchain) -> tuple[str, ...]:
+    """``java`` flags for a compiler written in a JVM language (its CDS archive if any)."""
+    return (
+        f"-Xmx{_COMPILER_HEAP_MB}m",
+        "-Xss8m",
+        *JVM_FLAGS,
+        *_archive_flags(toolchain, COMPILER_ARCHIVE),
+    )
+
+
+def run_flags(toolchain: Toolchain, memory_mb: int) -> tuple[str, ...]:
+    """``java`` flags for a judged program: the heap capped at the memory limit, asserts on.
+
+    With a CDS archive the classpath must start with the standard library (the archive's
+    classpath), the program's jar after it.
+    """
     return (
         f"-Xmx{memory_mb}m",
         "-Xss64m",  # deep recursion is common in judged solutions
         "-ea",
         *JVM_FLAGS,
+        *_archive_flags(toolchain, RUNTIME_ARCHIVE),
     )
 
 
 def discover_jvm_toolchain(
-    language: str, state_dir: Path, lib: Path, jar: str, jars: tuple[str, ...]
+    language: Language,
+    state_dir: Path,
+    lib: Path,
+    jar: str,
+    jars: tuple[str, ...],
+    *,
+    training: str,
 ) -> Toolchain | None:
     """The host's JDK plus the fetched jars in ``lib``; None when either is missing.
 
     ``jar`` is the versioned file name (``kotlin-stdlib-*.jar``) whose version names the
-    toolchain; ``jars`` are the paths' roles, each a glob matched in ``lib`` (one file).
+    toolchain; ``jars`` are the paths' roles, each a glob matched in ``lib`` (one file);
+    ``lib-jars`` is every jar in ``lib``, in a fixed order. ``training`` is the trivial
+    program the CDS archives are trained on (cached in ``lib``'s sibling ``cds``).
     """
     java = Java().discover(state_dir, lib.parent)
     if java is None or not lib.is_dir():
         return None
-    paths = {"java": java.paths["java"], "lib": str(lib.resolve())}
+    paths = {
+        "java": java.paths["java"],
+        "lib": str(lib.resolve()),
+        "lib-jars": ":".join(sorted(str(path.resolve()) for path in lib.glob("*.jar"))),
+    }
     for role in jars:
         found = sorted(lib.glob(f"{role}-[0-9]*.jar"))
         if len(found) != 1:
@@ -75,9 +128,175 @@ def discover_jvm_toolchain(
     match = re.search(r"-(\d[\w.-]*)\.jar$", Path(paths[jar]).name)
     if match is None:
         return None
-    return Toolchain(
-        language=language,
-        version=f"{language}-{match.group(1)}",
+    toolchain = Toolchain(
+        language=language.name,
+        version=f"{language.name}-{match.group(1)}",
         paths=paths,
         mounts=read_only(*(m.host for m in java.mounts), lib),
     )
+    return with_archives(language, toolchain, lib.parent / "cds", training)
+
+
+def with_archives(language: Language, toolchain: Toolchain, cds: Path, training: str) -> Toolchain:
+    """``toolchain`` with its CDS archives, built once into ``cds`` (any that fail: without).
+
+    Built on the host from trusted inputs only: the host's JDK, the fetched jars and the
+    fixed ``training`` program, compiled and run once with ``-XX:DumpLoadedClassList``
+    (its own classes dropped from the lists). The archives' directory is named by a hash
+    of the JDK's version and every jar's contents, size and time (the JVM checks the last
+    two), so a changed toolchain gets new ones. An archive is used only once ``java
+    -Xshare:on`` (which fails rather than run without it) accepts it. Each is mounted
+    read-only at its own path: the runtime one for programs, the compiler one for compiles.
+    """
+    java = toolchain.paths["java"]
+    try:
+        commands = _Training.of(language, toolchain, training)
+        directory = cds / _archive_key(java, toolchain.paths["lib-jars"], training)
+        directory.mkdir(parents=True, exist_ok=True)
+        archives = {
+            COMPILER_ARCHIVE: directory / "compiler.jsa",
+            RUNTIME_ARCHIVE: directory / "runtime.jsa",
+        }
+        if not all(path.exists() for path in archives.values()):
+            commands.build(java, archives)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return toolchain  # an unwritable cache, a failed training run: no archives
+    usable = {
+        role: str(path)
+        for role, path in archives.items()
+        if path.exists() and _usable(java, path, commands.shared_classpath(role))
+    }
+    return dataclasses.replace(
+        toolchain,
+        paths={**toolchain.paths, **usable},
+        mounts=toolchain.mounts + _mount(usable.get(RUNTIME_ARCHIVE)),
+        compile_mounts=toolchain.compile_mounts + _mount(usable.get(COMPILER_ARCHIVE)),
+    )
+
+
+def _mount(archive: str | None) -> tuple[BindMount, ...]:
+    return read_only(archive) if archive else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Training:
+    """The training program and the commands that compile it and run it (no archives)."""
+
+    source: str
+    source_name: str
+    entry: str
+    argv: dict[str, tuple[str, ...]]  # by archive role: the compiler's, the program's
+
+    @classmethod
+    def of(cls, language: Language, toolchain: Toolchain, training: str) -> _Training:
+        source = language.prepare_source(training)
+        name = language.source_name(source)
+        step = language.compile_step(toolchain, name)
+        if step is None:
+            raise ValueError(f"{language.name} compiles nothing")
+        launch = language.launch(toolchain, step.entry, Limits())
+        argv = {COMPILER_ARCHIVE: step.argv, RUNTIME_ARCHIVE: launch.argv}
+        return cls(source, name, step.entry, argv)
+
+    def shared_classpath(self, role: str) -> str:
+        """The jars an archive holds classes of: the classpath's leading absolute paths.
+
+        The JVM uses an archive only when the run's classpath starts with these.
+        """
+        argv = self.argv[role]
+        entries = argv[argv.index("-cp") + 1].split(":")
+        shared = list(itertools.takewhile(os.path.isabs, entries))
+        if not shared:
+            raise ValueError(f"no jar leads the classpath of {argv}")
+        return ":".join(shared)
+
+    def build(self, java: str, archives: dict[str, Path]) -> None:
+        """Compile and run the training program, then dump each archive still missing.
+
+        Written to a temporary name and renamed: workers discovering at once may race.
+        """
+        with tempfile.TemporaryDirectory(prefix="rewardbus-cds-") as work:
+            workdir = Path(work)
+            (workdir / self.source_name).write_text(self.source, encoding="utf-8")
+            for role, archive in archives.items():  # the compiler first: the run needs its jar
+                loaded = workdir / f"{role}.loaded"
+                _host_run(
+                    (
+                        *self.argv[role][:1],
+                        f"-XX:DumpLoadedClassList={loaded}",
+                        *self.argv[role][1:],
+                    ),
+                    workdir,
+                )
+                if archive.exists():
+                    continue
+                classes = workdir / f"{role}.classes"
+                classes.write_text(self._library_classes(loaded.read_text()), encoding="utf-8")
+                temporary = archive.with_name(f"{archive.name}.{secrets.token_hex(8)}.tmp")
+                try:
+                    _host_run(
+                        (
+                            java,
+                            *_DUMP_FLAGS,
+                            "-Xshare:dump",
+                            f"-XX:SharedClassListFile={classes}",
+                            f"-XX:SharedArchiveFile={temporary}",
+                            "-cp",
+                            self.shared_classpath(role),
+                        ),
+                        workdir,
+                    )
+                    if _usable(java, temporary, self.shared_classpath(role)):
+                        os.replace(temporary, archive)
+                finally:
+                    temporary.unlink(missing_ok=True)
+
+    def _library_classes(self, loaded: str) -> str:
+        """The class list without the training program's own classes (not in the jars)."""
+        own = (self.entry, f"{self.entry}$")
+        return "".join(
+            line
+            for line in loaded.splitlines(keepends=True)
+            if not any(token == own[0] or token.startswith(own[1]) for token in line.split())
+        )
+
+
+def _host_run(argv: Sequence[str], workdir: Path) -> None:
+    """A trusted host command (the JDK on the fetched jars and the training program)."""
+    subprocess.run(  # noqa: S603 - argv list: the host's java and our fixed program
+        argv,
+        cwd=workdir,
+        input=b"1 2\n",
+        capture_output=True,
+        timeout=_TRAINING_TIMEOUT_S,
+        check=True,
+        env={**BASE_ENV, "HOME": str(workdir), "TMPDIR": str(workdir)},
+    )
+
+
+def _usable(java: str, archive: Path, classpath: str) -> bool:
+    """Whether the JVM maps ``archive`` with this classpath (``-Xshare:on`` fails if not)."""
+    argv = (java, *_DUMP_FLAGS, "-Xshare:on", f"-XX:SharedArchiveFile={archive}")
+    try:
+        done = subprocess.run(  # noqa: S603 - argv list of the host's java
+            (*argv, "-cp", classpath, "-version"), capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _archive_key(java: str, jars: str, training: str) -> str:
+    """A hash of what an archive depends on: the JDK's build, the jars, the training."""
+    digest = hashlib.sha256()
+    version = subprocess.run(  # noqa: S603 - the host's resolved java binary
+        (java, "-version"), capture_output=True, timeout=60, check=True
+    )
+    digest.update(java.encode() + b"\0" + version.stderr + b"\0" + training.encode())
+    digest.update("\0".join(JVM_FLAGS).encode())
+    for jar in jars.split(":"):
+        stat = os.stat(jar)
+        digest.update(f"\0{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        with open(jar, "rb") as file:
+            digest.update(hashlib.file_digest(file, "sha256").digest())
+    return digest.hexdigest()[:24]

@@ -44,6 +44,15 @@ _RENAMED_MAIN = "rewardbusTestsMain"
 # is loaded (ClassLoader.setClassAssertionStatus).
 _ASSERT_PARAMETER = "assert: (Boolean) -> Unit"
 _ASSERT = '{ value -> if (!value) throw AssertionError("Assertion failed") }'
+# What the CDS archives are trained on: a compile of this, and a run (stdin "1 2").
+_TRAINING = """fun main() {
+    val numbers = (readLine() ?: "").trim().split(Regex("\\\\s+")).map { it.toLong() }
+    val counts = HashMap<Long, Int>()
+    numbers.forEach { counts[it] = (counts[it] ?: 0) + 1 }
+    val text = numbers.sorted().joinToString(",")
+    println(numbers.sum() + counts.size + text.length + listOf(1, 2).map { it * 2 }.sum())
+}
+"""
 
 
 class Kotlin(Language):
@@ -57,11 +66,12 @@ class Kotlin(Language):
 
     def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
         return discover_jvm_toolchain(
-            self.name,
+            self,
             state_dir,
             fetched / "kotlin" / "lib",
             "kotlin-stdlib",
             ("kotlin-stdlib", "kotlin-compiler-embeddable"),
+            training=_TRAINING,
         )
 
     def prepare_source(self, source: str) -> str:
@@ -102,9 +112,9 @@ class Kotlin(Language):
         return CompileStep(
             argv=(
                 toolchain.paths["java"],
-                *compiler_flags(),
+                *compiler_flags(toolchain),
                 "-cp",
-                f"{toolchain.paths['lib']}/*",  # the JVM expands the wildcard, not a shell
+                toolchain.paths["lib-jars"],  # in a fixed order: the CDS archive's classpath
                 "org.jetbrains.kotlin.cli.jvm.K2JVMCompiler",
                 "-no-stdlib",
                 "-no-reflect",
@@ -124,9 +134,9 @@ class Kotlin(Language):
         return Launch(
             argv=(
                 toolchain.paths["java"],
-                *run_flags(limits.memory_mb),
+                *run_flags(toolchain, limits.memory_mb),
                 "-cp",
-                f"{JAR}:{toolchain.paths['kotlin-stdlib']}",
+                f"{toolchain.paths['kotlin-stdlib']}:{JAR}",  # the CDS archive's jar first
                 entry,
             ),
             memory_overhead_mb=JVM_OVERHEAD_MB,

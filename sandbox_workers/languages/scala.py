@@ -39,6 +39,18 @@ _ANY_OBJECT = re.compile(r"\bobject\s+([A-Za-z_$][\w$]*)")
 _TESTS_MAIN = re.compile(r"\bdef\s+main\s*\(\s*(\w+)\s*:\s*Array\s*\[\s*String\s*\]\s*\)")
 _RENAMED_MAIN = "rewardbusTestsMain"
 _COMPILER_JARS = ("scala-compiler", "scala-reflect", "scala-library")
+# What the CDS archives are trained on: a compile of this, and a run (stdin "1 2").
+_TRAINING = """object RewardbusCdsTraining {
+  def main(args: Array[String]): Unit = {
+    val numbers = scala.io.StdIn.readLine().trim.split("\\\\s+").map(_.toLong).toList
+    val counts = scala.collection.mutable.Map[Long, Int]()
+    numbers.foreach(n => counts(n) = counts.getOrElse(n, 0) + 1)
+    val text = numbers.sorted.mkString(",")
+    println(numbers.sum + counts.size + text.length + Vector(1, 2).map(_ * 2).sum)
+    assert(numbers.nonEmpty, "no numbers")
+  }
+}
+"""
 # The tests' `assert(...)` is a parameter of their renamed main: a local name, which comes
 # before the object's members (a program's own `def assert`) and Predef's assert. Its class
 # is declared next to it, inside the object (a program's class of that name clashes: a
@@ -95,11 +107,12 @@ class Scala(Language):
 
     def discover(self, state_dir: Path, fetched: Path) -> Toolchain | None:
         return discover_jvm_toolchain(
-            self.name,
+            self,
             state_dir,
             fetched / "scala" / "lib",
             "scala-library",
             ("scala-library", "scala-compiler", "scala-reflect"),
+            training=_TRAINING,
         )
 
     def prepare_source(self, source: str) -> str:
@@ -138,7 +151,7 @@ class Scala(Language):
         return CompileStep(
             argv=(
                 toolchain.paths["java"],
-                *compiler_flags(),
+                *compiler_flags(toolchain),
                 "-cp",
                 ":".join(toolchain.paths[jar] for jar in _COMPILER_JARS),
                 "scala.tools.nsc.Main",
@@ -158,9 +171,9 @@ class Scala(Language):
         return Launch(
             argv=(
                 toolchain.paths["java"],
-                *run_flags(limits.memory_mb),
+                *run_flags(toolchain, limits.memory_mb),
                 "-cp",
-                f"{JAR}:{toolchain.paths['scala-library']}",
+                f"{toolchain.paths['scala-library']}:{JAR}",  # the CDS archive's jar first
                 entry,
             ),
             memory_overhead_mb=JVM_OVERHEAD_MB,
