@@ -106,7 +106,12 @@ stage() {
       if [ ${#fetched[@]} -gt 0 ]; then
         "$repo/infra/toolchains/fetch.sh" "$cache/toolchains"
         mkdir -p "$ctx/payload/toolchains"
-        for lang in "${fetched[@]}"; do cp -r "$cache/toolchains/$lang" "$ctx/payload/toolchains/"; done
+        # Not the JVM class-data archives (cds/): made for the host's JDK and the jars' times,
+        # which the copy changes; the worker builds its own at start-up (languages/jvm.py).
+        for lang in "${fetched[@]}"; do
+          cp -r "$cache/toolchains/$lang" "$ctx/payload/toolchains/"
+          rm -rf "$ctx/payload/toolchains/$lang/cds"
+        done
       fi
       ;;
     aggregator) wheels "$ctx/payload/wheels" ;;
