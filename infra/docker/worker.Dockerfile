@@ -29,4 +29,5 @@ RUN python3 -m venv /opt/rewardbus \
  && rm -rf /opt/rewardbus/payload/wheels /root/.cache \
  && mkdir -p /var/cache/rewardbus && mv /opt/rewardbus/payload/bin /var/cache/rewardbus/bin \
  && if [ -d /opt/rewardbus/payload/toolchains ]; then mv /opt/rewardbus/payload/toolchains /var/cache/rewardbus/toolchains; fi \
- && /opt/rewardbus/bin/python -m sandbox_workers.jail build
+ && /opt/rewardbus/bin/python -m sandbox_workers.jail build \
+ && /opt/rewardbus/bin/python -m sandbox_workers.languages
