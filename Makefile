@@ -142,6 +142,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_io.py
 	$(BIN)/python benchmarks/bench_suites.py
+	$(BIN)/python benchmarks/bench_languages.py
 	$(BIN)/python benchmarks/bench_tools.py
 
 # CPU per completion, by layer, against benchmarks/cpu_baseline.json: a row more than 25 %
