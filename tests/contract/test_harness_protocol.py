@@ -93,7 +93,7 @@ def run_harness(
 ) -> Reported:
     """Run ``plan`` in its language's harness, as the jail would launch it."""
     language = LANGUAGES[plan.language]
-    toolchain = language.discover(workdir)
+    toolchain = language.discover(workdir, workdir)  # python and node fetch nothing
     if toolchain is None:
         pytest.fail(f"no {plan.language} toolchain on this host (see rewardbus doctor)")
     files = dict(plan.files(source, budget_s=10.0, stop_on_failure=stop_on_failure))
