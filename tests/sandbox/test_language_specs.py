@@ -42,9 +42,20 @@ def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Executor]:
     sandbox.close()
 
 
+# Their compilers take seconds per program (kotlinc, scalac, GHC): each hack is a compile,
+# so their hack tests run in `make test` only, not in the fast loop (`-m "not slow"`).
+SLOW_COMPILERS = frozenset({"kotlin", "scala", "haskell"})
+
+
 def _params(pick: str) -> list[object]:
     return [
-        pytest.param(spec, name, code, id=f"{spec.language}-{name}")
+        pytest.param(
+            spec,
+            name,
+            code,
+            id=f"{spec.language}-{name}",
+            marks=[pytest.mark.slow] if spec.language in SLOW_COMPILERS else [],
+        )
         for spec in SPECS
         for name, code in getattr(spec, pick).items()
     ]
