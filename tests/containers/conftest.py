@@ -35,7 +35,9 @@ from tests.containers.harness import (
 def docker_engine() -> Iterator[docker.DockerClient]:
     """A client of the local engine; fails (never skips) when it or an image is missing."""
     try:
-        client = docker.from_env()
+        # Creating (and removing) a container of the 4 GB full worker copies its layers on the
+        # vfs engine: over a minute under load, past the client's default 60 s read timeout.
+        client = docker.from_env(timeout=600)
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.fail(
