@@ -68,8 +68,9 @@ def test_every_language_with_functions_has_the_whole_set() -> None:
     files = _translations()
     assert set(files) == set(LANGUAGES) - NO_FUNCTIONS
     for language, data in files.items():
-        names = [problem["name"] for problem in data["problem"]]
-        assert sorted(names) == sorted(PROBLEMS), language
+        # In the language's own spelling where MultiPL-E renames (countVowels in Haskell).
+        names = [problem["name"].replace("_", "").lower() for problem in data["problem"]]
+        assert sorted(names) == sorted(p.replace("_", "") for p in PROBLEMS), language
         for problem in data["problem"]:
             assert problem["correct"].strip() != problem["broken"].strip(), (language, problem)
 
