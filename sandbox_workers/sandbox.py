@@ -108,6 +108,10 @@ class ExecRequest:
     and all its descendants (exited ones included). ``wall_s`` is the
     wall-clock backstop, not counting time spent waiting for a CPU, and
     ``wall_cap_s`` the most wall time in all; None: :data:`DEFAULT_BACKSTOP`'s.
+
+    ``warm_after``: the file of the work directory whose first open ends the
+    interpreter's start-up (see :class:`~sandbox_workers.languages.base.Launch`);
+    a warm pool may run the request in a zygote forked there.
     """
 
     argv: tuple[str, ...]
@@ -125,6 +129,7 @@ class ExecRequest:
     workdir_mb: int = 256
     extra_mounts: tuple[BindMount, ...] = ()
     collect: tuple[str, ...] = ()
+    warm_after: str | None = None
 
     @property
     def wall_limit_s(self) -> float:

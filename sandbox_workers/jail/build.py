@@ -19,7 +19,7 @@ from sandbox_workers.sandbox import SandboxFault
 
 __all__ = ["Binaries", "BuildError", "build", "native_dir"]
 
-_SOURCES = ("rbjail.c", "rbjail_layers.c", "rbjail_probe.c", "rbjail_layers.h")
+_SOURCES = ("rbjail.c", "rbjail_layers.c", "rbjail_probe.c", "rbjail_warm.c", "rbjail_layers.h")
 _CFLAGS = ("-O2", "-std=gnu11", "-Wall", "-Wextra", "-D_FORTIFY_SOURCE=2")
 
 
@@ -31,10 +31,15 @@ class BuildError(SandboxFault):
 
 @dataclass(frozen=True)
 class Binaries:
-    """Paths of the compiled launcher and layer library."""
+    """Paths of the compiled launcher, the layer library and the warm-start library.
+
+    ``warm`` is preloaded into the zygotes of interpreters other than Python
+    (``native/rbjail_warm.c``).
+    """
 
     launcher: Path
     library: Path
+    warm: Path
 
 
 def native_dir() -> Path:
@@ -71,6 +76,7 @@ def _build_into(out_dir: Path, src: Path, tag: str) -> Binaries:
     cc = _compiler()
     launcher = out_dir / f"rbjail-{tag}"
     library = out_dir / f"librbjail-{tag}.so"
+    warm = out_dir / f"librbjail-warm-{tag}.so"
     sources = [str(src / "rbjail.c"), str(src / "rbjail_layers.c"), str(src / "rbjail_probe.c")]
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
         exe_tmp = Path(tmp) / "rbjail"
@@ -81,11 +87,14 @@ def _build_into(out_dir: Path, src: Path, tag: str) -> Binaries:
             _compile(cc, ["-o", str(exe_tmp), *sources])
         lib_tmp = Path(tmp) / "librbjail.so"
         _compile(cc, ["-fPIC", "-shared", "-o", str(lib_tmp), str(src / "rbjail_layers.c")])
+        warm_tmp = Path(tmp) / "librbjail-warm.so"
+        _compile(cc, ["-fPIC", "-shared", "-o", str(warm_tmp), str(src / "rbjail_warm.c"), "-ldl"])
         # rename() is atomic: concurrent workers never see a half-written binary.
         exe_tmp.chmod(0o755)
         os.replace(exe_tmp, launcher)
         os.replace(lib_tmp, library)
-    return Binaries(launcher=launcher, library=library)
+        os.replace(warm_tmp, warm)
+    return Binaries(launcher=launcher, library=library, warm=warm)
 
 
 def build(bin_dir: Path, *, force: bool = False) -> Binaries:
@@ -94,7 +103,8 @@ def build(bin_dir: Path, *, force: bool = False) -> Binaries:
     tag = _source_hash(src)
     launcher = bin_dir / f"rbjail-{tag}"
     library = bin_dir / f"librbjail-{tag}.so"
-    if not force and launcher.is_file() and library.is_file():
-        return Binaries(launcher=launcher, library=library)
+    warm = bin_dir / f"librbjail-warm-{tag}.so"
+    if not force and launcher.is_file() and library.is_file() and warm.is_file():
+        return Binaries(launcher=launcher, library=library, warm=warm)
     bin_dir.mkdir(parents=True, exist_ok=True)
     return _build_into(bin_dir, src, tag)

@@ -85,7 +85,8 @@ _log = logging.getLogger(__name__)
 
 # Tasks of ours in a slot's cgroups besides the program's: spawner, supervisor, init.
 _OWN_TASKS = 3
-# A warm slot also holds the zygote and the execution's pid 1.
+# A warm slot also holds the zygote and the execution's pid 1 (and a fork-at-open
+# zygote's first process, which waits for it: native/rbjail_warm.c).
 _POOL_OWN_TASKS = 5
 # Memory the execution's pid 1 (a forked interpreter) and page tables take on
 # top of the zygote's own pages, which stay charged to the slot.
@@ -299,7 +300,8 @@ class JailSandbox:
         try:
             if zygote.cgroup is not None:
                 allowance = zygote.info.anon_kb * 1024 + _ZYGOTE_OVERHEAD_BYTES
-                zygote.cgroup.prepare(self._limits(request, _POOL_OWN_TASKS, allowance))
+                own = _POOL_OWN_TASKS + (command.profile.trigger is not None)
+                zygote.cgroup.prepare(self._limits(request, own, allowance))
             counter = None
             if zygote.cgroup is not None and self._on("cpu_time"):
                 counter = zygote.cgroup.cpu_counter_fd()

@@ -47,6 +47,8 @@ _log = logging.getLogger(__name__)
 # A zygote's jail has no time limit of its own (the launcher wants one: ~10 years,
 # of CPU and of wall time: its executions' CPU adds up in the same slot).
 _ZYGOTE_LIFETIME_MS = 10 * 365 * 24 * 3600 * 1000
+# Where a fork-at-open zygote's jail shows librbjail-warm.so (preloaded).
+_WARM_LIBRARY = "/.rbjail/warm.so"
 # While it starts, a zygote imports modules: generous limits, replaced per execution.
 _ZYGOTE_START_MEMORY = 512 << 20
 _ZYGOTE_START_PROCESSES = 16
@@ -169,7 +171,19 @@ class ZygoteStarter:
         options += ["--work-mb", "1"]
         for mount in profile.mounts:
             options += ["--rw" if mount.writable else "--ro", str(mount.host), mount.target]
-        for key, value in environment(self._config, dict(profile.env), WORKDIR).items():
+        env = environment(self._config, dict(profile.env), WORKDIR)
+        if profile.trigger is not None:
+            # The interpreter runs the request's own command line and turns into
+            # the zygote at its first open of the program (native/rbjail_warm.c),
+            # which takes these three variables out of its environment.
+            options += ["--ro", str(self._binaries.warm), _WARM_LIBRARY]
+            env["LD_PRELOAD"] = _WARM_LIBRARY
+            env["RBJAIL_WARM_TRIGGER"] = profile.trigger
+            env["RBJAIL_WARM"] = f"{int(pool.fresh_net)} {int(self._config.loopback)}"
+            for key, value in env.items():
+                options += ["--env", f"{key}={value}"]
+            return [*options, "--", profile.interpreter, *profile.options]
+        for key, value in env.items():
             options += ["--env", f"{key}={value}"]
         settings = json.dumps(
             {

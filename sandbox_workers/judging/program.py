@@ -86,6 +86,7 @@ class Program:
             output_bytes=limits.output_kb * 1024 + output_slack_bytes,
             max_processes=launch.max_processes,
             extra_mounts=self.toolchain.mounts,
+            warm_after=launch.warm_after,
         )
 
 

@@ -103,6 +103,11 @@ class Launch:
     touches (thread stacks, heap arenas, V8's code range). It costs nothing
     under a cgroup memory limit, but a sandbox that falls back to RLIMIT_AS
     (no cgroup memory controller) must add it, or the runtime cannot start.
+
+    ``warm_after`` names the file (in the work directory) the interpreter opens
+    first once it has started up, for runtimes a warm pool can fork there: a
+    single-threaded interpreter whose start-up reads nothing of the execution's
+    (:mod:`sandbox_workers.pool`). None: every execution starts it afresh.
     """
 
     argv: tuple[str, ...]
@@ -112,6 +117,7 @@ class Launch:
     max_processes: int = 64
     # Support files the runtime loads (written into the work directory).
     files: Mapping[str, bytes] = field(default_factory=dict)
+    warm_after: str | None = None
 
 
 class Language(abc.ABC):

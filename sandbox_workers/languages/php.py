@@ -106,4 +106,5 @@ class Php(Language):
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
         del limits
-        return Launch(argv=(toolchain.paths["php"], *_FLAGS, entry))
+        # PHP opens the script before its request start-up: a warm pool forks there.
+        return Launch(argv=(toolchain.paths["php"], *_FLAGS, entry), warm_after=entry)

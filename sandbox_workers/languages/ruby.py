@@ -237,6 +237,8 @@ class Ruby(Language):
                 entry,
             ),
             files={_GUARD_FILE: _GUARD.encode()},
+            # Ruby opens the program first (then the guard): a warm pool forks there.
+            warm_after=entry,
         )
 
 

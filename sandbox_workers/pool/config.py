@@ -49,11 +49,13 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
 class PoolConfig:
     """Warm pools: pre-started, already jailed interpreters that fork each execution.
 
-    Only Python is pooled (V8 and the JVM cannot fork once started; see
-    :mod:`sandbox_workers.pool`). A request runs in a zygote when ``argv[0]`` is one
-    of ``interpreters`` (empty: the worker's own base interpreter) and it is a
-    ``-c`` command; zygotes are kept per start-up profile (options, environment,
-    mounts), at most ``size`` in all. When a profile is first seen,
+    Python, Ruby and PHP are pooled (V8 and the JVM cannot fork once started; see
+    :mod:`sandbox_workers.pool`). A Python request runs in a zygote when ``argv[0]``
+    is one of ``interpreters`` (empty: the worker's own base interpreter) and it is
+    a ``-c`` command; with ``fork_at_open``, a request whose launch names
+    ``warm_after`` (Ruby's, PHP's) runs in a zygote of its own command line that
+    forked at its first open of that file. Zygotes are kept per start-up profile
+    (options, environment, mounts), at most ``size`` in all. When a profile is first seen,
     ``ceil(size * prewarm)`` zygotes start and its first requests wait for them;
     later, when every zygote of the profile is busy, one more starts in the
     background (up to ``size``) and the request runs cold. A zygote is retired
@@ -75,6 +77,7 @@ class PoolConfig:
     fresh_net: bool = False
     start_timeout_s: float = 15.0
     retry_after_s: float = 30.0
+    fork_at_open: bool = True
 
     def __post_init__(self) -> None:
         if self.size < 1:

@@ -76,7 +76,7 @@ class WarmPool(Generic[_Cgroup]):
 
     def command(self, request: ExecRequest) -> PooledCommand | None:
         """The request as a zygote command, or None when it is not for a pooled interpreter."""
-        return pooled_command(request, self._interpreters)
+        return pooled_command(request, self._interpreters, fork_at_open=self._config.fork_at_open)
 
     async def acquire(self, profile: Profile) -> Zygote[_Cgroup] | None:
         """An idle zygote of ``profile`` (now busy), or None: run this request cold.

@@ -1,6 +1,6 @@
 """Which requests a warm pool can serve, and what is fixed per zygote.
 
-A zygote is an interpreter started as ``<python> <options> -c <zygote>`` with
+A Python zygote is an interpreter started as ``<python> <options> -c <zygote>`` with
 the environment and extra mounts of the executions it serves, so everything an
 interpreter settles at start-up (``sys.flags``, ``sys.path``, the hash seed,
 the warnings filters, the standard streams' encodings) is what a fresh
@@ -8,6 +8,13 @@ the warnings filters, the standard streams' encodings) is what a fresh
 its interpreter, options, environment and extra mounts are exactly the
 zygote's :class:`Profile` and it runs ``-c CODE [ARG...]``; anything else (a
 script path, ``-m``, ``-i``, options that print at start-up) runs cold.
+
+Any other interpreter is pooled when its request names ``warm_after`` (the
+program file it opens first once started: Ruby's and PHP's launches do): its
+zygote runs the request's very command line, environment and mounts, with
+``librbjail-warm.so`` preloaded, and forks each execution inside that first
+open. A request is served by such a zygote when its whole command line,
+environment, mounts and ``warm_after`` are the zygote's :class:`Profile`.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import importlib.machinery
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from sandbox_workers.sandbox import BindMount, ExecRequest
 
@@ -31,12 +39,18 @@ _X_PREFIXES = ("int_max_str_digits=",)
 
 @dataclass(frozen=True)
 class Profile:
-    """What a zygote is started with; requests must match it exactly."""
+    """What a zygote is started with; requests must match it exactly.
+
+    ``trigger``: None for a Python zygote (``options`` are the interpreter's
+    start-up options); else the file name whose first open makes the
+    interpreter a zygote, and ``options`` are the rest of its command line.
+    """
 
     interpreter: str
     options: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     mounts: tuple[BindMount, ...]
+    trigger: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +109,26 @@ def _split_command(argv: tuple[str, ...]) -> tuple[list[str], str, tuple[str, ..
     return None
 
 
-def pooled_command(request: ExecRequest, interpreters: Collection[str]) -> PooledCommand | None:
-    """The request as a zygote command, or None when it must run cold."""
+def pooled_command(
+    request: ExecRequest, interpreters: Collection[str], *, fork_at_open: bool = True
+) -> PooledCommand | None:
+    """The request as a zygote command, or None when it must run cold.
+
+    ``interpreters``: the Python interpreters pooled; ``fork_at_open``: whether
+    requests that name ``warm_after`` are (module docstring).
+    """
     argv = request.argv
+    if request.warm_after is not None:
+        if not (fork_at_open and argv):
+            return None
+        profile = Profile(
+            interpreter=argv[0],
+            options=argv[1:],
+            env=tuple(request.env.items()),
+            mounts=request.extra_mounts,
+            trigger=PurePosixPath(request.warm_after).name,
+        )
+        return PooledCommand(profile=profile, code="", args=())
     if not argv or argv[0] not in interpreters:
         return None
     split = _split_command(argv)

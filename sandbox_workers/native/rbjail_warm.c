@@ -1,0 +1,347 @@
+/* librbjail-warm.so: a warm pool's zygote for interpreters other than Python.
+ *
+ * Preloaded (LD_PRELOAD) into an interpreter started inside a zygote's jail
+ * with exactly the command line of the executions it serves. The interpreter
+ * starts up as usual (its runtime, its standard library, its options) until it
+ * first opens the program's file, named by RBJAIL_WARM_TRIGGER: there, inside
+ * that open(), this library becomes the zygote. It does in C what the Python
+ * zygote (sandbox_workers/pool/zygote_main.py) does before it serves: takes the
+ * layer library (librbjail.so) from the fd the worker sends first on the
+ * control socket (fd 0), keeps the OOM killer away, holds its own namespaces
+ * open, says "ready" with its footprint, and calls rbjail_zygote_serve(). That
+ * loop forks each execution's pid 1 and program; the program comes back here,
+ * confined (rlimits, uid, seccomp, fresh /work, /tmp, /proc) with the
+ * execution's stdio, and the interpreter's open() goes on to the program file
+ * the worker wrote into the fresh /work. Everything the interpreter did before
+ * that open is done once per zygote, not once per execution.
+ *
+ * It only works for an interpreter that is single-threaded when it opens its
+ * program (fork keeps the calling thread alone) and whose start-up reads
+ * nothing of an execution's: Ruby and PHP (see sandbox_workers/pool/__init__.py).
+ * The trigger matches the file's base name, relative or under /work, once.
+ * RBJAIL_WARM holds "FRESH_NET LOOPBACK" (0 or 1 each). The child removes the
+ * three variables from its environment before the program runs. */
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rbjail_layers.h"
+
+#define WARM_FAULT 125
+
+typedef int (*serve_fn)(const struct rbjail_zygote *, int *);
+typedef size_t (*size_fn)(const char *);
+
+static int fired;
+
+static void die(const char *what) {
+    /* The zygote's stderr is the worker's pipe: it reports this tail when "ready" never comes. */
+    dprintf(2, "rbjail-warm: %s: %s\n", what, errno ? strerror(errno) : "failed");
+    _exit(WARM_FAULT);
+}
+
+static int receive_library(int control) {
+    char msg[64];
+    char cmsg[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cmsg,
+                         .msg_controllen = sizeof cmsg};
+    ssize_t got = recvmsg(control, &hdr, MSG_CMSG_CLOEXEC);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
+    if (got != 7 || memcmp(msg, "library", 7) != 0 || c == NULL ||
+        c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+        c->cmsg_len != CMSG_LEN(sizeof(int))) {
+        errno = 0;
+        die("expected the layer library first");
+    }
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+static long status_kb(const char *status, const char *key) {
+    const char *at = strstr(status, key);
+    return at ? strtol(at + strlen(key), NULL, 10) : 0;
+}
+
+static void send_ready(int control) {
+    char status[4096] = {0};
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!read(fd, status, sizeof status - 1);
+        close(fd);
+    }
+    char ready[128];
+    int len = snprintf(ready, sizeof ready, "ready rss_kb=%ld anon_kb=%ld vsz_kb=%ld",
+                       status_kb(status, "VmRSS:"), status_kb(status, "RssAnon:"),
+                       status_kb(status, "VmSize:"));
+    if (send(control, ready, (size_t)len, 0) != len) die("ready");
+}
+
+/* The fds (3 and up) the interpreter held when it became the zygote. */
+#define MAX_HELD 64
+static int held[MAX_HELD];
+static size_t n_held;
+
+static void note_held_fds(void) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL) die("/proc/self/fd");
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        int fd = atoi(entry->d_name);
+        if (fd < 3 || fd == dirfd(dir)) continue;
+        if (n_held == MAX_HELD) {
+            errno = 0;
+            die("the interpreter holds too many fds");
+        }
+        held[n_held++] = fd;
+    }
+    closedir(dir);
+}
+
+/* A forked child has its parent's fds; the program has none of the zygote's (they
+ * would be channels between executions), so each number the interpreter held is
+ * /dev/null in the program, close-on-exec: a runtime that closes or replaces its
+ * own (Ruby's signal pipes) finds it open, and nothing reaches anyone. */
+static void inert_held_fds(void) {
+    for (size_t i = 0; i < n_held; i++) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) die("/dev/null");
+        if (fd != held[i]) {
+            if (dup3(fd, held[i], O_CLOEXEC) < 0) die("dup3");
+            close(fd);
+        }
+    }
+}
+
+
+/* Become the zygote; returns only in an execution's program, confined. */
+static void become_zygote(void) {
+    int control = 0;
+    const char *settings = getenv("RBJAIL_WARM");
+    int fresh_net = 0, loopback = 0;
+    if (settings == NULL || sscanf(settings, "%d %d", &fresh_net, &loopback) != 2) {
+        errno = 0;
+        die("RBJAIL_WARM is not \"FRESH_NET LOOPBACK\"");
+    }
+    int libfd = receive_library(control);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", libfd);
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        dprintf(2, "rbjail-warm: %s\n", dlerror());
+        _exit(WARM_FAULT);
+    }
+    close(libfd);
+    note_held_fds();
+    serve_fn serve = (serve_fn)dlsym(lib, "rbjail_zygote_serve");
+    size_fn struct_size = (size_fn)dlsym(lib, "rbjail_struct_size");
+    if (serve == NULL || struct_size == NULL ||
+        struct_size("zygote") != sizeof(struct rbjail_zygote)) {
+        errno = 0;
+        die("librbjail.so does not match this library");
+    }
+    /* Never the OOM killer's victim (its programs reset their own score);
+     * best effort, as in the Python zygote. */
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (oom >= 0) {
+        (void)!write(oom, "-1000", 5);
+        close(oom);
+    }
+    static const char *const names[] = {"mnt", "pid", "ipc", "net"};
+    int ns[4];
+    size_t n = fresh_net ? 4 : 3;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "/proc/self/ns/%s", names[i]);
+        ns[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns[i] < 0) die(path);
+    }
+    /* Children inherit the interpreter's C streams: nothing may be buffered in them. */
+    fflush(NULL);
+    unsetenv("LD_PRELOAD");
+    unsetenv("RBJAIL_WARM_TRIGGER");
+    unsetenv("RBJAIL_WARM");
+    send_ready(control);
+    struct rbjail_zygote z = {
+        .control_fd = control, .ns_fds = ns, .n_ns_fds = n,
+        .fresh_net = fresh_net, .loopback = loopback,
+    };
+    int status_fd = -1;
+    int memfd = serve(&z, &status_fd);
+    if (memfd < 0) _exit(0); /* the worker closed this pool member */
+    /* In the program: the request's interpreter part is for Python's zygote. */
+    close(memfd);
+    close(status_fd);
+    inert_held_fds();
+}
+
+/* Ruby forks (Process.fork) after stopping its timer thread, which owns the
+ * process's POSIX timer and signal pipes, and restarts it in the child, where it
+ * makes its own; the child then forgets the parent's threads and reseeds the
+ * default random generator (rb_thread_atfork). Only rb_thread_atfork is
+ * exported, but exec does the same stop and restart around execve (before_exec,
+ * after_exec, for an exec that fails): so Ruby is asked to exec FORK_POINT, and
+ * that execve is where this process becomes the zygote. In the program it fails
+ * (ENOENT), Ruby restarts its timer thread as the program's own, and the exec's
+ * error is rescued. The zygote's pid differs from the program's (see
+ * interpreter_in_a_child), so Ruby does not take the zygote's pipes for its own. */
+#define FORK_POINT "/.rbjail/fork-point"
+static int at_fork_point; /* Ruby is exec'ing FORK_POINT */
+static int in_program;
+
+static int ruby_becomes_zygote(void) {
+    typedef unsigned long (*eval_fn)(const char *, int *);
+    eval_fn eval = (eval_fn)dlsym(RTLD_DEFAULT, "rb_eval_string_protect");
+    void (*atfork)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "rb_thread_atfork");
+    if (eval == NULL || atfork == NULL) return 0; /* not Ruby */
+    int state = 0;
+    at_fork_point = 1;
+    eval("begin; exec('" FORK_POINT "'); rescue SystemCallError; end", &state);
+    if (!in_program || state != 0) {
+        errno = 0;
+        die("ruby: its exec did not reach the fork point");
+    }
+    atfork();
+    return 1;
+}
+
+static int fork_point(const char *path) {
+    if (!at_fork_point || strcmp(path, FORK_POINT) != 0) return 0;
+    at_fork_point = 0;
+    become_zygote();
+    in_program = 1;
+    return 1;
+}
+
+/* Before the interpreter's main(): the interpreter goes on in a child, and this
+ * process only waits for it and ends as it ended. A runtime that remembers which
+ * pid made its process-wide resources (Ruby's timer and signal pipe: "owner ==
+ * getpid()") would otherwise take the zygote's for its own in every program,
+ * which is pid 2 of its pid namespace as the zygote's interpreter would be in
+ * its jail; it then tears down, at exit, what the program never had (Ruby
+ * crashes). As pid 3, the zygote is nobody's program. */
+__attribute__((constructor)) static void interpreter_in_a_child(void) {
+    if (getenv("RBJAIL_WARM_TRIGGER") == NULL) return;
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) return;
+    int status;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) die("waitpid");
+    if (WIFSIGNALED(status)) {
+        signal(WTERMSIG(status), SIG_DFL);
+        raise(WTERMSIG(status));
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : WARM_FAULT);
+}
+
+static void maybe_fire(const char *path) {
+    if (fired || path == NULL) return;
+    const char *trigger = getenv("RBJAIL_WARM_TRIGGER");
+    if (trigger == NULL) return;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (strcmp(base, trigger) != 0) return;
+    if (path[0] == '/' && strncmp(path, "/work/", 6) != 0) return;
+    fired = 1;
+    int saved = errno;
+    if (!ruby_becomes_zygote()) become_zygote();
+    errno = saved;
+}
+
+static mode_t mode_arg(int flags, va_list ap) {
+    return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+}
+
+typedef int (*open_fn)(const char *, int, ...);
+typedef int (*openat_fn)(int, const char *, int, ...);
+typedef FILE *(*fopen_fn)(const char *, const char *);
+
+/* The next definition of `name` (libc's), looked up once. */
+#define NEXT(type, name) \
+    static type real; \
+    if (real == NULL) real = (type)dlsym(RTLD_NEXT, name)
+
+int open(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    NEXT(open_fn, "open");
+    maybe_fire(path);
+    return real(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    NEXT(open_fn, "open64");
+    maybe_fire(path);
+    return real(path, flags, mode);
+}
+
+int openat(int dirfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    NEXT(openat_fn, "openat");
+    maybe_fire(path);
+    return real(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_arg(flags, ap);
+    va_end(ap);
+    NEXT(openat_fn, "openat64");
+    maybe_fire(path);
+    return real(dirfd, path, flags, mode);
+}
+
+FILE *fopen(const char *path, const char *mode) {
+    NEXT(fopen_fn, "fopen");
+    maybe_fire(path);
+    return real(path, mode);
+}
+
+FILE *fopen64(const char *path, const char *mode) {
+    NEXT(fopen_fn, "fopen64");
+    maybe_fire(path);
+    return real(path, mode);
+}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+    NEXT(execve_fn, "execve");
+    if (fork_point(path)) {
+        errno = ENOENT;
+        return -1;
+    }
+    return real(path, argv, envp);
+}
+
+int execv(const char *path, char *const argv[]) {
+    NEXT(execv_fn, "execv");
+    if (fork_point(path)) {
+        errno = ENOENT;
+        return -1;
+    }
+    return real(path, argv);
+}

@@ -1,0 +1,252 @@
+"""Fork-at-open zygotes (Ruby, PHP): as a cold run, isolated, and actually used.
+
+A Ruby or PHP request names ``warm_after`` (its program file): its zygote runs
+the request's own command line with ``librbjail-warm.so`` preloaded and forks
+each execution inside the interpreter's first open of that file
+(``native/rbjail_warm.c``). Programs run through a cold jail and a warm pool
+must report the same; what one execution does never reaches the next; and the
+executor's judgements of Ruby and PHP go through the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_workers import Executor, ExecutorConfig
+from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
+from sandbox_workers.languages import BASE_ENV, lookup
+from sandbox_workers.pool import PoolConfig, pooled_command
+from sandbox_workers.sandbox import ExecRequest, ExecResult
+from schemas import Completion, IoSuite, Limits, Verdict
+
+pytestmark = pytest.mark.sandbox
+
+ENTRY = {"ruby": "solution.rb", "php": "solution.php"}
+
+# What each program reports about the process it runs in: all of it must be what a
+# cold run reports (pid, argv, environment, cwd, stdin, its own file).
+REPORT = {
+    "ruby": """
+x = STDIN.read
+puts [Process.pid, $0, ARGV, ENV.to_h, Dir.pwd, x, File.read(__FILE__).size].inspect
+STDERR.puts "to stderr"
+exit 3
+""",
+    "php": """<?php
+$x = stream_get_contents(STDIN);
+echo json_encode([getmypid(), $argv, getenv(), getcwd(), $x, filesize(__FILE__)]), "\\n";
+fwrite(STDERR, "to stderr\\n");
+exit(3);
+""",
+}
+# Leaves what it can behind, then reports what an earlier run left: nothing may be.
+LEAVE = {
+    "ruby": """
+found = [File.exist?("/tmp/left"), File.exist?("left"), ENV.key?("LEFT"), $left.nil?]
+File.write("/tmp/left", "x"); File.write("left", "x"); ENV["LEFT"] = "1"; $left = 1
+puts found.inspect
+""",
+    "php": """<?php
+$found = [file_exists("/tmp/left"), file_exists("left"), getenv("LEFT") !== false];
+file_put_contents("/tmp/left", "x"); file_put_contents("left", "x"); putenv("LEFT=1");
+echo json_encode($found), "\\n";
+""",
+}
+RANDOM = {
+    "ruby": "puts rand(2**62)",
+    "php": "<?php echo random_int(0, PHP_INT_MAX), ' ', mt_rand(), ' ', rand(), \"\\n\";",
+}
+SUM = {
+    "ruby": "a, b = STDIN.read.split.map(&:to_i); puts a + b",
+    "php": '<?php [$a, $b] = array_map("intval", explode(" ", trim(fgets(STDIN)))); echo $a + $b;',
+}
+LIMITS = Limits(time_s=2.0)
+THREADS = """
+q = Queue.new
+producer = Thread.new { 5.times { |i| q << i }; q << nil }
+got = []
+while (item = q.pop)
+  got << item
+end
+producer.join
+sums = 2.times.map { Thread.new { (1..200_000).sum } }.map(&:value)
+puts got.inspect, sums.inspect
+"""
+
+
+def sandbox(pool: PoolConfig) -> JailSandbox:
+    try:
+        return JailSandbox(JailConfig(pool=pool))
+    except IsolationUnavailable as exc:
+        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
+
+
+@pytest.fixture(scope="module")
+def cold() -> Iterator[JailSandbox]:
+    jail = sandbox(PoolConfig(enabled=False))
+    yield jail
+    jail.close()
+
+
+@pytest.fixture(scope="module")
+def warm() -> Iterator[JailSandbox]:
+    jail = sandbox(PoolConfig(size=2, prewarm=0.5))
+    yield jail
+    jail.close()
+
+
+@pytest.fixture(scope="module")
+def toolchains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    state = tmp_path_factory.mktemp("warm-languages")
+    found = {}
+    for name in ENTRY:
+        language = lookup(name)
+        assert language is not None
+        toolchain = language.discover(state, state)
+        if toolchain is None:
+            pytest.fail(f"{name} is not installed here (make toolchains)")
+        found[name] = toolchain
+    return found
+
+
+def request(toolchains: dict[str, Any], name: str, code: str, stdin: bytes = b"") -> ExecRequest:
+    """The request the executor makes for ``code`` (languages/<name>.py's launch)."""
+    language = lookup(name)
+    assert language is not None
+    toolchain = toolchains[name]
+    launch = language.launch(toolchain, ENTRY[name], Limits())
+    return ExecRequest(
+        argv=launch.argv,
+        files={**launch.files, ENTRY[name]: code.encode()},
+        stdin=stdin,
+        env={**BASE_ENV, **launch.env},
+        memory_mb=256,
+        time_s=2.0,
+        extra_mounts=toolchain.mounts,
+        warm_after=launch.warm_after,
+    )
+
+
+def observed(result: ExecResult) -> tuple[Any, ...]:
+    return (result.exit_code, result.signal, result.stdout, result.stderr, result.timed_out)
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+def test_their_requests_are_poolable(toolchains: dict[str, Any], name: str) -> None:
+    plain = request(toolchains, name, "")
+    command = pooled_command(plain, ())
+    assert command is not None
+    assert command.profile.trigger == ENTRY[name]
+    assert (command.profile.interpreter, *command.profile.options) == plain.argv
+    assert pooled_command(plain, (), fork_at_open=False) is None
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+async def test_a_warm_run_reports_what_a_cold_run_does(
+    cold: JailSandbox, warm: JailSandbox, toolchains: dict[str, Any], name: str
+) -> None:
+    served = warm.pool_stats.served if warm.pool_stats else 0
+    req = request(toolchains, name, REPORT[name], stdin=b"3 4\n")
+    want = await cold.execute(req)
+    assert want.exit_code == 3 and b"to stderr" in want.stderr, want.stderr
+    for _ in range(3):
+        got = await warm.execute(req)
+        assert observed(got) == observed(want)
+    assert warm.pool_stats is not None and warm.pool_stats.served == served + 3
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+async def test_nothing_of_one_execution_reaches_the_next(
+    warm: JailSandbox, toolchains: dict[str, Any], name: str
+) -> None:
+    req = request(toolchains, name, LEAVE[name])
+    nothing = {"ruby": b"[false, false, false, true]\n", "php": b"[false,false,false]\n"}[name]
+    for _ in range(3):
+        result = await warm.execute(req)
+        assert (result.exit_code, result.stdout) == (0, nothing), result.stderr
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+async def test_each_execution_draws_its_own_random_numbers(
+    warm: JailSandbox, toolchains: dict[str, Any], name: str
+) -> None:
+    req = request(toolchains, name, RANDOM[name])
+    outputs = [(await warm.execute(req)).stdout for _ in range(3)]
+    assert all(out.strip() for out in outputs), outputs
+    assert len(set(outputs)) == 3, outputs
+
+
+async def test_ruby_threads_work_in_a_forked_execution(
+    cold: JailSandbox, warm: JailSandbox, toolchains: dict[str, Any]
+) -> None:
+    req = request(toolchains, "ruby", THREADS)
+    want = await cold.execute(req)
+    assert want.stdout == b"[0, 1, 2, 3, 4]\n[20000100000, 20000100000]\n", want.stderr
+    assert observed(await warm.execute(req)) == observed(want)
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+async def test_limits_hold_in_a_forked_execution(
+    warm: JailSandbox, toolchains: dict[str, Any], name: str
+) -> None:
+    spin = {"ruby": "loop {}", "php": "<?php while (true) {}"}[name]
+    hog = {
+        "ruby": "a = []; loop { a << 'x' * (1 << 20) }",
+        "php": "<?php $a = []; while (true) { $a[] = str_repeat('x', 1 << 20); }",
+    }[name]
+    loud = {
+        "ruby": "loop { print 'y' * 4096 }",
+        "php": "<?php while (true) echo str_repeat('y', 4096);",
+    }[name]
+    spun = await warm.execute(replace(request(toolchains, name, spin), time_s=0.5))
+    assert spun.timed_out and spun.cpu_ms >= 400, spun
+    hogged = await warm.execute(request(toolchains, name, hog))
+    assert hogged.memory_exceeded or hogged.exit_code != 0, hogged
+    assert not hogged.timed_out
+    shouted = await warm.execute(request(toolchains, name, loud))
+    assert shouted.output_exceeded, shouted
+
+
+async def test_a_trigger_never_opened_runs_cold(
+    toolchains: dict[str, Any],
+) -> None:
+    jail = sandbox(PoolConfig(size=1, prewarm=1.0, start_timeout_s=5.0))
+    try:
+        req = request(toolchains, "ruby", "puts 6 * 7")
+        # Ruby opens solution.rb, never this name: the zygote never comes up.
+        result = await jail.execute(replace(req, warm_after="never-opened.rb"))
+        assert (result.exit_code, result.stdout) == (0, b"42\n")
+        stats = jail.pool_stats
+        assert stats is not None and stats.served == 0 and stats.cold == 1
+    finally:
+        await jail.aclose()
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+async def test_the_executor_judges_them_through_the_pool(tmp_path: Path, name: str) -> None:
+    jail = sandbox(PoolConfig(size=2, prewarm=0.5))
+    try:
+        executor = Executor(ExecutorConfig(compile_cache_dir=tmp_path), jail)
+        # Five right answers of six: the last expected output is wrong on purpose.
+        suite = IoSuite(
+            inputs=[f"{i} 2\n" for i in range(6)],
+            outputs=[f"{i + 2}\n" for i in range(5)] + ["0\n"],
+        )
+        completions = [
+            Completion(sample_id=str(i), language=name, code=SUM[name], tests=suite, limits=LIMITS)
+            for i in range(2)
+        ]
+        events = await asyncio.gather(*(executor.run(c) for c in completions))
+        judged = [(e.verdict, round(e.score, 3)) for e in events]
+        assert judged == [(Verdict.WRONG_ANSWER, 0.833)] * 2, [e.message for e in events]
+        stats = jail.pool_stats
+        # Every test was a poolable request (none ran in a session), and zygotes ran them.
+        assert stats is not None and stats.served + stats.cold == 12 and stats.served > 0
+    finally:
+        await jail.aclose()
