@@ -32,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,10 +92,58 @@ static void send_ready(int control) {
     if (send(control, ready, (size_t)len, 0) != len) die("ready");
 }
 
-/* The fds (3 and up) the interpreter held when it became the zygote. */
+/* The fds (3 and up) the interpreter held when it became the zygote, and what
+ * each was: the program gets a fresh one of the same kind at the same number. */
 #define MAX_HELD 64
-static int held[MAX_HELD];
+#define MAX_WATCHED 32
+enum held_kind { HELD_OTHER, HELD_PIPE, HELD_EPOLL, HELD_EVENTFD };
+struct watched {
+    int fd;
+    unsigned int events;
+    unsigned long long data;
+};
+struct held_fd {
+    int fd;
+    enum held_kind kind;
+    int status_flags; /* F_GETFL */
+    int cloexec;
+    unsigned long long id; /* a pipe's inode; an eventfd's count */
+    size_t n_watched;      /* an epoll instance's registrations */
+    struct watched watched[MAX_WATCHED];
+    int fresh; /* in the program: the new object, moved out of the way */
+};
+static struct held_fd held[MAX_HELD];
 static size_t n_held;
+
+static void note_epoll(struct held_fd *h) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", h->fd);
+    FILE *info = fopen(path, "re");
+    if (info == NULL) die(path);
+    char line[256];
+    while (fgets(line, sizeof line, info) != NULL) {
+        struct watched w;
+        if (sscanf(line, "tfd: %d events: %x data: %llx", &w.fd, &w.events, &w.data) != 3)
+            continue;
+        if (h->n_watched == MAX_WATCHED) {
+            errno = 0;
+            die("an epoll instance of the interpreter watches too many fds");
+        }
+        h->watched[h->n_watched++] = w;
+    }
+    fclose(info);
+}
+
+static void note_eventfd(struct held_fd *h) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", h->fd);
+    FILE *info = fopen(path, "re");
+    if (info == NULL) die(path);
+    char line[256];
+    while (fgets(line, sizeof line, info) != NULL)
+        if (sscanf(line, "eventfd-count: %llx", &h->id) == 1) break;
+    fclose(info);
+}
 
 static void note_held_fds(void) {
     DIR *dir = opendir("/proc/self/fd");
@@ -105,26 +156,94 @@ static void note_held_fds(void) {
             errno = 0;
             die("the interpreter holds too many fds");
         }
-        held[n_held++] = fd;
+        struct held_fd *h = &held[n_held++];
+        memset(h, 0, sizeof *h);
+        h->fd = fd;
+        h->status_flags = fcntl(fd, F_GETFL);
+        h->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+        struct stat st;
+        char path[64], target[64] = {0};
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        (void)!readlink(path, target, sizeof target - 1);
+        if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+            h->kind = HELD_PIPE;
+            h->id = st.st_ino;
+        } else if (strcmp(target, "anon_inode:[eventpoll]") == 0) {
+            h->kind = HELD_EPOLL;
+        } else if (strcmp(target, "anon_inode:[eventfd]") == 0) {
+            h->kind = HELD_EVENTFD;
+        }
     }
     closedir(dir);
+    for (size_t i = 0; i < n_held; i++) {
+        if (held[i].kind == HELD_EPOLL) note_epoll(&held[i]);
+        if (held[i].kind == HELD_EVENTFD) note_eventfd(&held[i]);
+    }
 }
 
-/* A forked child has its parent's fds; the program has none of the zygote's (they
- * would be channels between executions), so each number the interpreter held is
- * /dev/null in the program, close-on-exec: a runtime that closes or replaces its
- * own (Ruby's signal pipes) finds it open, and nothing reaches anyone. */
-static void inert_held_fds(void) {
+/* Past every held fd: where fresh objects wait to be placed. */
+static int out_of_the_way(int fd) {
+    if (fd < 0) die("a fresh fd");
+    int above = 3;
+    for (size_t i = 0; i < n_held; i++)
+        if (held[i].fd >= above) above = held[i].fd + 1;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, above);
+    if (moved < 0) die("F_DUPFD");
+    close(fd);
+    return moved;
+}
+
+/* A forked child shares its parent's fds; the program has none of the zygote's
+ * (they would be channels between executions). So each number the interpreter
+ * held is, in the program, a fresh object of its kind with the same flags: a
+ * pipe for each pipe (both ends where the interpreter held both, as for the
+ * wake-up pipes of Ruby's and Racket's event loops), an epoll instance watching
+ * the same fds, an eventfd with the same count, /dev/null for anything else.
+ * A runtime that closes or replaces its own finds them open; one that goes on
+ * using them finds what it made, empty, and reaching no one else. */
+static void fresh_held_fds(void) {
     for (size_t i = 0; i < n_held; i++) {
-        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (fd < 0) die("/dev/null");
-        if (fd != held[i]) {
-            if (dup3(fd, held[i], O_CLOEXEC) < 0) die("dup3");
-            close(fd);
+        struct held_fd *h = &held[i];
+        if (h->fresh) continue; /* the other end of a pipe already made */
+        if (h->kind == HELD_PIPE) {
+            int ends[2];
+            if (pipe2(ends, O_CLOEXEC) < 0) die("pipe2");
+            ends[0] = out_of_the_way(ends[0]);
+            ends[1] = out_of_the_way(ends[1]);
+            int used[2] = {0, 0};
+            for (size_t j = i; j < n_held; j++) {
+                struct held_fd *end = &held[j];
+                if (end->kind != HELD_PIPE || end->id != h->id || end->fresh) continue;
+                int side = (end->status_flags & O_ACCMODE) == O_WRONLY;
+                end->fresh = used[side] ? out_of_the_way(dup(ends[side])) : ends[side];
+                used[side] = 1;
+            }
+            for (int side = 0; side < 2; side++)
+                if (!used[side]) close(ends[side]);
+        } else if (h->kind == HELD_EPOLL) {
+            h->fresh = out_of_the_way(epoll_create1(EPOLL_CLOEXEC));
+        } else if (h->kind == HELD_EVENTFD) {
+            h->fresh = out_of_the_way(eventfd((unsigned int)h->id, EFD_CLOEXEC));
+        } else {
+            h->fresh = out_of_the_way(open("/dev/null", O_RDONLY | O_CLOEXEC));
+        }
+    }
+    for (size_t i = 0; i < n_held; i++) {
+        struct held_fd *h = &held[i];
+        if (dup3(h->fresh, h->fd, h->cloexec ? O_CLOEXEC : 0) < 0) die("dup3");
+        close(h->fresh);
+        if (h->kind != HELD_OTHER && fcntl(h->fd, F_SETFL, h->status_flags) < 0) die("F_SETFL");
+    }
+    for (size_t i = 0; i < n_held; i++) {
+        struct held_fd *h = &held[i];
+        for (size_t k = 0; k < h->n_watched; k++) {
+            struct epoll_event event = {.events = h->watched[k].events};
+            event.data.u64 = h->watched[k].data;
+            /* A watched fd the program does not have (or cannot watch) stays unwatched. */
+            (void)epoll_ctl(h->fd, EPOLL_CTL_ADD, h->watched[k].fd, &event);
         }
     }
 }
-
 
 /* Become the zygote; returns only in an execution's program, confined. */
 static void become_zygote(void) {
@@ -183,7 +302,7 @@ static void become_zygote(void) {
     /* In the program: the request's interpreter part is for Python's zygote. */
     close(memfd);
     close(status_fd);
-    inert_held_fds();
+    fresh_held_fds();
 }
 
 /* Ruby forks (Process.fork) after stopping its timer thread, which owns the

@@ -1,11 +1,13 @@
-"""Fork-at-open zygotes (Ruby, PHP): as a cold run, isolated, and actually used.
+"""Fork-at-open zygotes (Ruby, PHP, Racket): as a cold run, isolated, and actually used.
 
-A Ruby or PHP request names ``warm_after`` (its program file): its zygote runs
+A Ruby, PHP or Racket request names ``warm_after`` (a file it opens once started): its zygote runs
 the request's own command line with ``librbjail-warm.so`` preloaded and forks
 each execution inside the interpreter's first open of that file
 (``native/rbjail_warm.c``). Programs run through a cold jail and a warm pool
 must report the same; what one execution does never reaches the next; and the
-executor's judgements of Ruby and PHP go through the pool.
+executor's judgements go through the pool. (The Racket programs here are not
+compiled first: racket compiles them in memory, as it would a module without its
+``.zo``.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from schemas import Completion, IoSuite, Limits, Verdict
 
 pytestmark = pytest.mark.sandbox
 
-ENTRY = {"ruby": "solution.rb", "php": "solution.php"}
+ENTRY = {"ruby": "solution.rb", "php": "solution.php", "racket": "solution.rkt"}
 
 # What each program reports about the process it runs in: all of it must be what a
 # cold run reports (pid, argv, environment, cwd, stdin, its own file).
@@ -44,6 +46,16 @@ echo json_encode([getmypid(), $argv, getenv(), getcwd(), $x, filesize(__FILE__)]
 fwrite(STDERR, "to stderr\\n");
 exit(3);
 """,
+    "racket": """#lang racket
+(require racket/os)
+(define x (port->string (current-input-port)))
+(write (list (getpid) (current-command-line-arguments)
+             (sort (map bytes->string/utf-8 (environment-variables-names (current-environment-variables))) string<?)
+             (path->string (current-directory)) x (file-size "solution.rkt")))
+(newline)
+(eprintf "to stderr~n")
+(exit 3)
+""",
 }
 # Leaves what it can behind, then reports what an earlier run left: nothing may be.
 LEAVE = {
@@ -57,14 +69,23 @@ $found = [file_exists("/tmp/left"), file_exists("left"), getenv("LEFT") !== fals
 file_put_contents("/tmp/left", "x"); file_put_contents("left", "x"); putenv("LEFT=1");
 echo json_encode($found), "\\n";
 """,
+    "racket": """#lang racket
+(define found (list (file-exists? "/tmp/left") (file-exists? "left") (getenv "LEFT")))
+(with-output-to-file "/tmp/left" (lambda () (display "x")))
+(with-output-to-file "left" (lambda () (display "x")))
+(void (putenv "LEFT" "1"))
+(writeln found)
+""",
 }
 RANDOM = {
     "ruby": "puts rand(2**62)",
     "php": "<?php echo random_int(0, PHP_INT_MAX), ' ', mt_rand(), ' ', rand(), \"\\n\";",
+    "racket": "#lang racket\n(displayln (list (random 4294967087) (random 4294967087)))",
 }
 SUM = {
     "ruby": "a, b = STDIN.read.split.map(&:to_i); puts a + b",
     "php": '<?php [$a, $b] = array_map("intval", explode(" ", trim(fgets(STDIN)))); echo $a + $b;',
+    "racket": "#lang racket\n(displayln (+ (read) (read)))",
 }
 LIMITS = Limits(time_s=2.0)
 THREADS = """
@@ -126,8 +147,8 @@ def request(toolchains: dict[str, Any], name: str, code: str, stdin: bytes = b""
         files={**launch.files, ENTRY[name]: code.encode()},
         stdin=stdin,
         env={**BASE_ENV, **launch.env},
-        memory_mb=256,
-        time_s=2.0,
+        memory_mb=256 + launch.memory_overhead_mb,
+        time_s=5.0,
         extra_mounts=toolchain.mounts,
         warm_after=launch.warm_after,
     )
@@ -142,7 +163,7 @@ def test_their_requests_are_poolable(toolchains: dict[str, Any], name: str) -> N
     plain = request(toolchains, name, "")
     command = pooled_command(plain, ())
     assert command is not None
-    assert command.profile.trigger == ENTRY[name]
+    assert plain.warm_after is not None and command.profile.trigger == plain.warm_after
     assert (command.profile.interpreter, *command.profile.options) == plain.argv
     assert pooled_command(plain, (), fork_at_open=False) is None
 
@@ -166,7 +187,11 @@ async def test_nothing_of_one_execution_reaches_the_next(
     warm: JailSandbox, toolchains: dict[str, Any], name: str
 ) -> None:
     req = request(toolchains, name, LEAVE[name])
-    nothing = {"ruby": b"[false, false, false, true]\n", "php": b"[false,false,false]\n"}[name]
+    nothing = {
+        "ruby": b"[false, false, false, true]\n",
+        "php": b"[false,false,false]\n",
+        "racket": b"(#f #f #f)\n",
+    }[name]
     for _ in range(3):
         result = await warm.execute(req)
         assert (result.exit_code, result.stdout) == (0, nothing), result.stderr
@@ -195,22 +220,50 @@ async def test_ruby_threads_work_in_a_forked_execution(
 async def test_limits_hold_in_a_forked_execution(
     warm: JailSandbox, toolchains: dict[str, Any], name: str
 ) -> None:
-    spin = {"ruby": "loop {}", "php": "<?php while (true) {}"}[name]
+    spin = {
+        "ruby": "loop {}",
+        "php": "<?php while (true) {}",
+        "racket": "#lang racket\n(let loop () (loop))",
+    }[name]
     hog = {
         "ruby": "a = []; loop { a << 'x' * (1 << 20) }",
         "php": "<?php $a = []; while (true) { $a[] = str_repeat('x', 1 << 20); }",
+        "racket": "#lang racket\n(let loop ([a '()]) (loop (cons (make-bytes (expt 2 20) 1) a)))",
     }[name]
     loud = {
         "ruby": "loop { print 'y' * 4096 }",
         "php": "<?php while (true) echo str_repeat('y', 4096);",
+        "racket": "#lang racket\n(let loop () (write-string (make-string 4096 #\\y)) (loop))",
     }[name]
-    spun = await warm.execute(replace(request(toolchains, name, spin), time_s=0.5))
-    assert spun.timed_out and spun.cpu_ms >= 400, spun
+    spun = await warm.execute(replace(request(toolchains, name, spin), time_s=1.0))
+    assert spun.timed_out and spun.cpu_ms >= 900, spun
     hogged = await warm.execute(request(toolchains, name, hog))
     assert hogged.memory_exceeded or hogged.exit_code != 0, hogged
     assert not hogged.timed_out
     shouted = await warm.execute(request(toolchains, name, loud))
     assert shouted.output_exceeded, shouted
+
+
+async def test_racket_sleeps_and_syncs_in_a_forked_execution(
+    cold: JailSandbox, warm: JailSandbox, toolchains: dict[str, Any]
+) -> None:
+    # Its event loop (an epoll instance and a wake-up pipe made at start-up) is the
+    # program's own, fresh: a sleep sleeps, a thread's message wakes the main thread.
+    code = """#lang racket
+(define ch (make-channel))
+(void (thread (lambda () (sleep 1) (channel-put ch (quote woke)))))
+(define started (current-inexact-milliseconds))
+(displayln (sync ch))
+(displayln (>= (- (current-inexact-milliseconds) started) 900))
+"""
+    req = request(toolchains, "racket", code)
+    want = await cold.execute(req)
+    assert want.stdout == b"woke\n#t\n", want.stderr
+    got = await warm.execute(req)
+    assert observed(got) == observed(want)
+    # Slept: a second of spinning on a dead wake-up fd would cost a second of CPU (the
+    # rest is compiling the module, which racket does in memory here).
+    assert got.cpu_ms < 700, got
 
 
 async def test_a_trigger_never_opened_runs_cold(
