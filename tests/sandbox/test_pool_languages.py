@@ -49,8 +49,9 @@ exit(3);
     "racket": """#lang racket
 (require racket/os)
 (define x (port->string (current-input-port)))
+(define names (environment-variables-names (current-environment-variables)))
 (write (list (getpid) (current-command-line-arguments)
-             (sort (map bytes->string/utf-8 (environment-variables-names (current-environment-variables))) string<?)
+             (sort (map bytes->string/utf-8 names) string<?)
              (path->string (current-directory)) x (file-size "solution.rkt")))
 (newline)
 (eprintf "to stderr~n")
