@@ -109,9 +109,10 @@ class ExecRequest:
     wall-clock backstop, not counting time spent waiting for a CPU, and
     ``wall_cap_s`` the most wall time in all; None: :data:`DEFAULT_BACKSTOP`'s.
 
-    ``warm_after``: the file of the work directory whose first open ends the
-    interpreter's start-up (see :class:`~sandbox_workers.languages.base.Launch`);
-    a warm pool may run the request in a zygote forked there.
+    ``warm_after``: the file of the work directory whose first open (its first
+    read: ``warm_on_read``) ends the interpreter's start-up (see
+    :class:`~sandbox_workers.languages.base.Launch`); a warm pool may run the
+    request in a zygote forked there.
     """
 
     argv: tuple[str, ...]
@@ -130,6 +131,7 @@ class ExecRequest:
     extra_mounts: tuple[BindMount, ...] = ()
     collect: tuple[str, ...] = ()
     warm_after: str | None = None
+    warm_on_read: bool = False
 
     @property
     def wall_limit_s(self) -> float:

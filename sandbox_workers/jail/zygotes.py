@@ -175,11 +175,13 @@ class ZygoteStarter:
         if profile.trigger is not None:
             # The interpreter runs the request's own command line and turns into
             # the zygote at its first open of the program (native/rbjail_warm.c),
-            # which takes these three variables out of its environment.
+            # which takes its variables out of its environment.
             options += ["--ro", str(self._binaries.warm), _WARM_LIBRARY]
             env["LD_PRELOAD"] = _WARM_LIBRARY
             env["RBJAIL_WARM_TRIGGER"] = profile.trigger
             env["RBJAIL_WARM"] = f"{int(pool.fresh_net)} {int(self._config.loopback)}"
+            if profile.on_read:
+                env["RBJAIL_WARM_ON_READ"] = "1"
             for key, value in env.items():
                 options += ["--env", f"{key}={value}"]
             return [*options, "--", profile.interpreter, *profile.options]

@@ -87,6 +87,7 @@ class Program:
             max_processes=launch.max_processes,
             extra_mounts=self.toolchain.mounts,
             warm_after=launch.warm_after,
+            warm_on_read=launch.warm_on_read,
         )
 
 

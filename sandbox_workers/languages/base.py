@@ -108,6 +108,8 @@ class Launch:
     first once it has started up, for runtimes a warm pool can fork there: a
     single-threaded interpreter whose start-up reads nothing of the execution's
     (:mod:`sandbox_workers.pool`). None: every execution starts it afresh.
+    ``warm_on_read``: the interpreter opens that file (with ``fopen``) before it
+    has started up and reads it after (R): the fork is at its first read.
     """
 
     argv: tuple[str, ...]
@@ -118,6 +120,7 @@ class Launch:
     # Support files the runtime loads (written into the work directory).
     files: Mapping[str, bytes] = field(default_factory=dict)
     warm_after: str | None = None
+    warm_on_read: bool = False
 
 
 class Language(abc.ABC):

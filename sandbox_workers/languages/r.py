@@ -92,6 +92,9 @@ class R(Language):
         return Launch(
             argv=(toolchain.paths["Rscript"], "--vanilla", entry),
             memory_overhead_mb=_R_OVERHEAD_MB,
+            # R opens the script before it loads its packages, and reads it after.
+            warm_after=entry,
+            warm_on_read=True,
         )
 
 

@@ -291,6 +291,8 @@ static void become_zygote(void) {
     unsetenv("LD_PRELOAD");
     unsetenv("RBJAIL_WARM_TRIGGER");
     unsetenv("RBJAIL_WARM");
+    unsetenv("RBJAIL_WARM_ON_READ");
+    unsetenv("RBJAIL_WARM_SHIM");
     send_ready(control);
     struct rbjail_zygote z = {
         .control_fd = control, .ns_fds = ns, .n_ns_fds = n,
@@ -303,6 +305,10 @@ static void become_zygote(void) {
     close(memfd);
     close(status_fd);
     fresh_held_fds();
+    /* R made its session's temporary directory at start-up, in the zygote's /tmp:
+     * the program's /tmp is a fresh one, where it makes it again (as its own uid). */
+    const char *r_tmp = getenv("R_SESSION_TMPDIR");
+    if (r_tmp != NULL && mkdir(r_tmp, 0700) < 0 && errno != EEXIST) die("R_SESSION_TMPDIR");
 }
 
 /* Ruby forks (Process.fork) after stopping its timer thread, which owns the
@@ -351,10 +357,14 @@ static int fork_point(const char *path) {
  * its jail; it then tears down, at exit, what the program never had (Ruby
  * crashes). As pid 3, the zygote is nobody's program. */
 __attribute__((constructor)) static void interpreter_in_a_child(void) {
-    if (getenv("RBJAIL_WARM_TRIGGER") == NULL) return;
+    /* Once: a launcher that execs the interpreter (Rscript runs R) loads this again. */
+    if (getenv("RBJAIL_WARM_TRIGGER") == NULL || getenv("RBJAIL_WARM_SHIM") != NULL) return;
     pid_t child = fork();
     if (child < 0) die("fork");
-    if (child == 0) return;
+    if (child == 0) {
+        setenv("RBJAIL_WARM_SHIM", "1", 1);
+        return;
+    }
     int status;
     while (waitpid(child, &status, 0) < 0)
         if (errno != EINTR) die("waitpid");
@@ -365,14 +375,19 @@ __attribute__((constructor)) static void interpreter_in_a_child(void) {
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : WARM_FAULT);
 }
 
-static void maybe_fire(const char *path) {
-    if (fired || path == NULL) return;
+/* Whether `path` is the trigger (its base name, relative or under /work), the first time. */
+static int is_trigger(const char *path) {
+    if (fired || path == NULL) return 0;
     const char *trigger = getenv("RBJAIL_WARM_TRIGGER");
-    if (trigger == NULL) return;
+    if (trigger == NULL) return 0;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    if (strcmp(base, trigger) != 0) return;
-    if (path[0] == '/' && strncmp(path, "/work/", 6) != 0) return;
+    if (strcmp(base, trigger) != 0) return 0;
+    return path[0] != '/' || strncmp(path, "/work/", 6) == 0;
+}
+
+static void maybe_fire(const char *path) {
+    if (!is_trigger(path)) return;
     fired = 1;
     int saved = errno;
     if (!ruby_becomes_zygote()) become_zygote();
@@ -432,16 +447,73 @@ int openat64(int dirfd, const char *path, int flags, ...) {
     return real(dirfd, path, flags, mode);
 }
 
+/* RBJAIL_WARM_ON_READ: the interpreter opens its program before it has started up
+ * (R opens --file= before it loads its packages) and reads it after. Its fopen of the
+ * trigger gets a stream whose first read is where this process becomes the zygote;
+ * the program then reads the file the worker wrote into its /work. */
+struct deferred {
+    char path[4096];
+    int fd;
+};
+
+static ssize_t deferred_read(void *cookie, char *buf, size_t size) {
+    struct deferred *d = cookie;
+    if (d->fd < 0) {
+        if (!in_program) {
+            become_zygote();
+            in_program = 1;
+        }
+        NEXT(open_fn, "open");
+        d->fd = real(d->path, O_RDONLY | O_CLOEXEC);
+        if (d->fd < 0) return -1;
+    }
+    return read(d->fd, buf, size);
+}
+
+static int deferred_seek(void *cookie, off64_t *offset, int whence) {
+    struct deferred *d = cookie;
+    if (d->fd < 0) {
+        errno = ESPIPE;
+        return -1;
+    }
+    off64_t at = lseek64(d->fd, *offset, whence);
+    if (at < 0) return -1;
+    *offset = at;
+    return 0;
+}
+
+static int deferred_close(void *cookie) {
+    struct deferred *d = cookie;
+    int rc = d->fd >= 0 ? close(d->fd) : 0;
+    free(d);
+    return rc;
+}
+
+static FILE *open_stream(fopen_fn real, const char *path, const char *mode) {
+    if (getenv("RBJAIL_WARM_ON_READ") == NULL || strcmp(mode, "r") != 0 || !is_trigger(path)) {
+        maybe_fire(path);
+        return real(path, mode);
+    }
+    fired = 1;
+    struct deferred *d = calloc(1, sizeof *d);
+    if (d == NULL || strlen(path) >= sizeof d->path) {
+        errno = 0;
+        die("the deferred program file");
+    }
+    strcpy(d->path, path);
+    d->fd = -1;
+    cookie_io_functions_t io = {.read = deferred_read, .seek = deferred_seek, .close = deferred_close};
+    return fopencookie(d, "r", io);
+}
+
 FILE *fopen(const char *path, const char *mode) {
     NEXT(fopen_fn, "fopen");
-    maybe_fire(path);
-    return real(path, mode);
+    return open_stream(real, path, mode);
 }
 
 FILE *fopen64(const char *path, const char *mode) {
     NEXT(fopen_fn, "fopen64");
-    maybe_fire(path);
-    return real(path, mode);
+    return open_stream(real, path, mode);
 }
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);

@@ -42,8 +42,9 @@ class Profile:
     """What a zygote is started with; requests must match it exactly.
 
     ``trigger``: None for a Python zygote (``options`` are the interpreter's
-    start-up options); else the file name whose first open makes the
-    interpreter a zygote, and ``options`` are the rest of its command line.
+    start-up options); else the file name whose first open (first read:
+    ``on_read``) makes the interpreter a zygote, and ``options`` are the rest of
+    its command line.
     """
 
     interpreter: str
@@ -51,6 +52,7 @@ class Profile:
     env: tuple[tuple[str, str], ...]
     mounts: tuple[BindMount, ...]
     trigger: str | None = None
+    on_read: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ def pooled_command(
             env=tuple(request.env.items()),
             mounts=request.extra_mounts,
             trigger=PurePosixPath(request.warm_after).name,
+            on_read=request.warm_on_read,
         )
         return PooledCommand(profile=profile, code="", args=())
     if not argv or argv[0] not in interpreters:

@@ -29,7 +29,7 @@ from schemas import Completion, IoSuite, Limits, Verdict
 
 pytestmark = pytest.mark.sandbox
 
-ENTRY = {"ruby": "solution.rb", "php": "solution.php", "racket": "solution.rkt"}
+ENTRY = {"ruby": "solution.rb", "php": "solution.php", "racket": "solution.rkt", "r": "solution.R"}
 
 # What each program reports about the process it runs in: all of it must be what a
 # cold run reports (pid, argv, environment, cwd, stdin, its own file).
@@ -57,6 +57,13 @@ exit(3);
 (eprintf "to stderr~n")
 (exit 3)
 """,
+    "r": """
+x <- readLines(file("stdin"))
+cat(Sys.getpid(), commandArgs(), sort(names(Sys.getenv())), getwd(), x, sep = "|")
+cat("|", file.size("solution.R"), "\\n")
+cat("to stderr\\n", file = stderr())
+quit(status = 3)
+""",
 }
 # Leaves what it can behind, then reports what an earlier run left: nothing may be.
 LEAVE = {
@@ -77,16 +84,23 @@ echo json_encode($found), "\\n";
 (void (putenv "LEFT" "1"))
 (writeln found)
 """,
+    "r": """
+found <- c(file.exists("/tmp/left"), file.exists("left"), Sys.getenv("LEFT") != "")
+writeLines("x", "/tmp/left"); writeLines("x", "left"); Sys.setenv(LEFT = "1")
+cat(found, "\\n")
+""",
 }
 RANDOM = {
     "ruby": "puts rand(2**62)",
     "php": "<?php echo random_int(0, PHP_INT_MAX), ' ', mt_rand(), ' ', rand(), \"\\n\";",
     "racket": "#lang racket\n(displayln (list (random 4294967087) (random 4294967087)))",
+    "r": 'cat(sprintf("%.15f", runif(2)), "\\n")',
 }
 SUM = {
     "ruby": "a, b = STDIN.read.split.map(&:to_i); puts a + b",
     "php": '<?php [$a, $b] = array_map("intval", explode(" ", trim(fgets(STDIN)))); echo $a + $b;',
     "racket": "#lang racket\n(displayln (+ (read) (read)))",
+    "r": 'x <- scan(file("stdin"), quiet = TRUE); cat(sum(x), "\\n")',
 }
 LIMITS = Limits(time_s=2.0)
 THREADS = """
@@ -192,6 +206,7 @@ async def test_nothing_of_one_execution_reaches_the_next(
         "ruby": b"[false, false, false, true]\n",
         "php": b"[false,false,false]\n",
         "racket": b"(#f #f #f)\n",
+        "r": b"FALSE FALSE FALSE \n",
     }[name]
     for _ in range(3):
         result = await warm.execute(req)
@@ -225,16 +240,19 @@ async def test_limits_hold_in_a_forked_execution(
         "ruby": "loop {}",
         "php": "<?php while (true) {}",
         "racket": "#lang racket\n(let loop () (loop))",
+        "r": "repeat {}",
     }[name]
     hog = {
         "ruby": "a = []; loop { a << 'x' * (1 << 20) }",
         "php": "<?php $a = []; while (true) { $a[] = str_repeat('x', 1 << 20); }",
         "racket": "#lang racket\n(let loop ([a '()]) (loop (cons (make-bytes (expt 2 20) 1) a)))",
+        "r": "a <- list(); i <- 0; repeat { i <- i + 1; a[[i]] <- runif(1e6) }",
     }[name]
     loud = {
         "ruby": "loop { print 'y' * 4096 }",
         "php": "<?php while (true) echo str_repeat('y', 4096);",
         "racket": "#lang racket\n(let loop () (write-string (make-string 4096 #\\y)) (loop))",
+        "r": 'repeat cat(strrep("y", 4096))',
     }[name]
     spun = await warm.execute(replace(request(toolchains, name, spin), time_s=1.0))
     assert spun.timed_out and spun.cpu_ms >= 900, spun
@@ -265,6 +283,17 @@ async def test_racket_sleeps_and_syncs_in_a_forked_execution(
     # Slept: a second of spinning on a dead wake-up fd would cost a second of CPU (the
     # rest is compiling the module, which racket does in memory here).
     assert got.cpu_ms < 700, got
+
+
+async def test_r_writes_its_temporary_files_in_a_forked_execution(
+    cold: JailSandbox, warm: JailSandbox, toolchains: dict[str, Any]
+) -> None:
+    # R made its session's directory under the zygote's /tmp; the program has its own.
+    code = 'f <- tempfile(); writeLines("kept", f); cat(readLines(f), dir.exists(tempdir()), "\\n")'
+    req = request(toolchains, "r", code)
+    want = await cold.execute(req)
+    assert want.stdout == b"kept TRUE \n", want.stderr
+    assert observed(await warm.execute(req)) == observed(want)
 
 
 async def test_a_trigger_never_opened_runs_cold(
