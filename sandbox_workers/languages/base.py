@@ -288,3 +288,30 @@ def read_only(*paths: Path | str) -> tuple[BindMount, ...]:
         if not any(path.is_relative_to(outer) for outer in kept):
             kept.append(path)
     return tuple(BindMount(host=p, target=str(p)) for p in kept)
+
+
+def last_line_at(source: str, line: str) -> int | None:
+    """Offset in ``source`` of its last line that is exactly ``line``, or None."""
+    found = None
+    offset = 0
+    for each in source.splitlines(keepends=True):
+        if each.rstrip("\r\n") == line:
+            found = offset
+        offset += len(each)
+    return found
+
+
+def split_compile_script(source: str, head: str, tail: str, *inputs: str) -> str:
+    """A constant ``sh -c`` script: split ``source`` at its last line equal to ``$1``.
+
+    What comes before that line goes to ``head``, the line and what follows to
+    ``tail``; then the rest of the arguments (the compiler's command line) run with
+    ``inputs`` appended. The source is only data to it (Haskell, OCaml: the program
+    and its tests become two modules).
+    """
+    return (
+        's=$1; shift; awk -v s="$s" \''
+        f'NR == FNR {{ if ($0 == s) n = FNR; next }} FNR < n {{ print > "{head}"; next }}'
+        f' {{ print > "{tail}" }}\' '
+        f'{source} {source} && exec "$@" {" ".join(inputs)}'
+    )

@@ -25,10 +25,12 @@ from sandbox_workers.languages.base import (
     Launch,
     Toolchain,
     byte_list,
+    last_line_at,
     masked_marker,
     probe_version,
     read_only,
     resolve_binary,
+    split_compile_script,
 )
 from sandbox_workers.languages.native import EXIT_CALLED_STATUS
 from schemas import Limits
@@ -41,12 +43,7 @@ SOURCE = "main.hs"
 SPLIT = "{- rewardbus: the tests start here -}"
 # Split the source into Solution.hs and Main.hs at the last SPLIT line ($1), then run
 # GHC ("$@"). A constant script; the source is only data to it.
-_SPLIT_SCRIPT = (
-    's=$1; shift; awk -v s="$s" \''
-    'NR == FNR { if ($0 == s) n = FNR; next } FNR < n { print > "Solution.hs"; next }'
-    ' { print > "Main.hs" }\' '
-    f'{SOURCE} {SOURCE} && exec "$@" Main.hs Solution.hs'
-)
+_SPLIT_SCRIPT = split_compile_script(SOURCE, "Solution.hs", "Main.hs", "Main.hs", "Solution.hs")
 # GHC's runtime, its binary and the GC's bookkeeping, outside the heap that -M caps.
 _RTS_OVERHEAD_MB = 32
 _HEAP_EXHAUSTED_STATUS = 251
@@ -167,13 +164,7 @@ _HEADER = re.compile(r"module\s+[\w.']+\s*(?:\((?:[^()]|\((?:[^()]|\([^()]*\))*\
 
 def split_point(source: str) -> int | None:
     """Offset of the last SPLIT line in ``source`` (where the tests start), or None."""
-    found = None
-    offset = 0
-    for line in source.splitlines(keepends=True):
-        if line.rstrip("\r\n") == SPLIT:
-            found = offset
-        offset += len(line)
-    return found
+    return last_line_at(source, SPLIT)
 
 
 def _first_token(source: str) -> int:

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox_workers.languages.base import BASE_ENV, Language, Toolchain, read_only
+from sandbox_workers.languages.base import BASE_ENV, Language, Launch, Toolchain, read_only
 from sandbox_workers.languages.java import Java
 from sandbox_workers.sandbox import BindMount
 from schemas import Limits
@@ -31,15 +31,19 @@ from schemas import Limits
 __all__ = [
     "COMPILER_ARCHIVE",
     "COMPILER_RESERVE_MB",
+    "JAR",
     "JVM_FLAGS",
     "JVM_OVERHEAD_MB",
     "JVM_RESERVE_MB",
     "RUNTIME_ARCHIVE",
     "compiler_flags",
     "discover_jvm_toolchain",
+    "jar_launch",
     "run_flags",
 ]
 
+# Where a Kotlin or Scala compile puts the program (the entry is its main class).
+JAR = "main.jar"
 # Metaspace, code cache, thread stacks and the JVM itself, outside -Xmx (as java.py).
 JVM_OVERHEAD_MB = 192
 # Reserved, untouched address space (as java.py: -Xss stacks, class space, code cache).
@@ -93,6 +97,24 @@ def run_flags(toolchain: Toolchain, memory_mb: int) -> tuple[str, ...]:
         "-ea",
         *JVM_FLAGS,
         *_archive_flags(toolchain, RUNTIME_ARCHIVE),
+    )
+
+
+def jar_launch(toolchain: Toolchain, library: str, entry: str, limits: Limits) -> Launch:
+    """Run a program compiled into ``JAR``: ``java`` with :func:`run_flags`, the class
+    ``entry`` on a class path that starts with the language's standard library
+    (``toolchain.paths[library]``, the CDS archive's jar)."""
+    return Launch(
+        argv=(
+            toolchain.paths["java"],
+            *run_flags(toolchain, limits.memory_mb),
+            "-cp",
+            f"{toolchain.paths[library]}:{JAR}",
+            entry,
+        ),
+        memory_overhead_mb=JVM_OVERHEAD_MB,
+        reserve_mb=JVM_RESERVE_MB,
+        max_processes=128,
     )
 
 

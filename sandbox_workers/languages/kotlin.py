@@ -15,17 +15,15 @@ from sandbox_workers.languages.base import (
 )
 from sandbox_workers.languages.jvm import (
     COMPILER_RESERVE_MB,
-    JVM_OVERHEAD_MB,
-    JVM_RESERVE_MB,
+    JAR,
     compiler_flags,
     discover_jvm_toolchain,
-    run_flags,
+    jar_launch,
 )
 from schemas import Limits
 
 __all__ = ["Kotlin"]
 
-JAR = "main.jar"
 _SOURCE = "main.kt"
 # A file's top-level functions compile into the class <File>Kt (main.kt: MainKt), unless a
 # package or an @file:JvmName annotation moves or renames it: both are blanked out.
@@ -131,18 +129,7 @@ class Kotlin(Language):
         )
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
-        return Launch(
-            argv=(
-                toolchain.paths["java"],
-                *run_flags(toolchain, limits.memory_mb),
-                "-cp",
-                f"{toolchain.paths['kotlin-stdlib']}:{JAR}",  # the CDS archive's jar first
-                entry,
-            ),
-            memory_overhead_mb=JVM_OVERHEAD_MB,
-            reserve_mb=JVM_RESERVE_MB,
-            max_processes=128,
-        )
+        return jar_launch(toolchain, "kotlin-stdlib", entry, limits)
 
 
 def _blank(match: re.Match[str]) -> str:

@@ -27,10 +27,12 @@ from sandbox_workers.languages.base import (
     Launch,
     Toolchain,
     byte_list,
+    last_line_at,
     masked_marker,
     probe_version,
     read_only,
     resolve_binary,
+    split_compile_script,
 )
 from sandbox_workers.languages.native import EXIT_CALLED_STATUS
 from schemas import Limits
@@ -43,12 +45,7 @@ SOURCE = "source.ml"
 SPLIT = "(* rewardbus: the tests start here *)"
 # Split the source into solution.ml and main.ml at the last SPLIT line ($1), then run
 # ocamlopt ("$@"). A constant script; the source is only data to it.
-_SPLIT_SCRIPT = (
-    's=$1; shift; awk -v s="$s" \''
-    'NR == FNR { if ($0 == s) n = FNR; next } FNR < n { print > "solution.ml"; next }'
-    ' { print > "main.ml" }\' '
-    f'{SOURCE} {SOURCE} && exec "$@" solution.ml main.ml'
-)
+_SPLIT_SCRIPT = split_compile_script(SOURCE, "solution.ml", "main.ml", "solution.ml", "main.ml")
 # Stands for the secret part of our module names in the test code; prepare_source puts a
 # hash of the whole source there (the program's text and the masked marker in it), so no
 # program can define a module of that name: it would have to hold its own hash.
@@ -114,13 +111,7 @@ let () =
 
 def split_point(source: str) -> int | None:
     """Offset of the last SPLIT line in ``source`` (where the tests start), or None."""
-    found = None
-    offset = 0
-    for line in source.splitlines(keepends=True):
-        if line.rstrip("\r\n") == SPLIT:
-            found = offset
-        offset += len(line)
-    return found
+    return last_line_at(source, SPLIT)
 
 
 def _ocaml_array(data: bytes) -> str:

@@ -20,17 +20,15 @@ from sandbox_workers.languages.base import (
 )
 from sandbox_workers.languages.jvm import (
     COMPILER_RESERVE_MB,
-    JVM_OVERHEAD_MB,
-    JVM_RESERVE_MB,
+    JAR,
     compiler_flags,
     discover_jvm_toolchain,
-    run_flags,
+    jar_launch,
 )
 from schemas import Limits
 
 __all__ = ["Scala", "main_object"]
 
-JAR = "main.jar"
 _PACKAGE = re.compile(r"^[ \t]*package\s+[\w.`]+[ \t]*;?[ \t]*$", re.M)
 _MAIN_METHOD = re.compile(r"\bdef\s+main\s*\(")
 _APP_OBJECT = re.compile(r"\bobject\s+([A-Za-z_$][\w$]*)\s+extends\s+App\b")
@@ -168,15 +166,4 @@ class Scala(Language):
         )
 
     def launch(self, toolchain: Toolchain, entry: str, limits: Limits) -> Launch:
-        return Launch(
-            argv=(
-                toolchain.paths["java"],
-                *run_flags(toolchain, limits.memory_mb),
-                "-cp",
-                f"{toolchain.paths['scala-library']}:{JAR}",  # the CDS archive's jar first
-                entry,
-            ),
-            memory_overhead_mb=JVM_OVERHEAD_MB,
-            reserve_mb=JVM_RESERVE_MB,
-            max_processes=128,
-        )
+        return jar_launch(toolchain, "scala-library", entry, limits)
