@@ -2,7 +2,8 @@
 
 ``jail_config`` is parametrised per module: every test of a module using it
 runs once against cold jails (a fresh interpreter per execution) and once
-against a warm pool (zygotes forking each execution), unchanged.
+against a warm pool (zygotes forking each execution), unchanged. ``cold`` and
+``warm`` are one strict jail of each kind per module, for tests that compare them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
 from sandbox_workers.pool import PoolConfig
+from tests.sandbox.jails import strict_sandbox
 
 # Two zygotes, both started (and waited for) when the first Python request
 # arrives: the pollution test counts the worker's fds after that first request.
@@ -39,3 +41,19 @@ def jail(jail_config: JailConfig) -> Iterator[JailSandbox]:
     sandbox.close()
     if jail_config.pool.enabled:
         assert stats is not None and stats.served > 0, "the warm run never used the pool"
+
+
+@pytest.fixture(scope="module")
+def cold() -> Iterator[JailSandbox]:
+    """A strict jail with the warm pool off."""
+    sandbox = strict_sandbox(PoolConfig(enabled=False))
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def warm() -> Iterator[JailSandbox]:
+    """A strict jail with a warm pool of two zygotes, started with each new profile."""
+    sandbox = strict_sandbox(PoolConfig(size=2, prewarm=1.0))
+    yield sandbox
+    sandbox.close()

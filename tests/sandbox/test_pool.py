@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox, 
 from sandbox_workers.pool import PoolConfig, pooled_command, shadowed_modules
 from sandbox_workers.pool.zygote import _RequestHead
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult
+from tests.sandbox.jails import strict_sandbox
 
 PREFIX = Path(sys.base_prefix).resolve()
 PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
@@ -39,27 +40,6 @@ def py(
 ) -> ExecRequest:
     fields.setdefault("env", ENV)
     return ExecRequest(argv=(PYTHON, *options, "-c", code, *args), extra_mounts=MOUNTS, **fields)
-
-
-def strict_sandbox(pool: PoolConfig) -> JailSandbox:
-    try:
-        return JailSandbox(JailConfig(pool=pool))
-    except IsolationUnavailable as exc:
-        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
-
-
-@pytest.fixture(scope="module")
-def cold() -> Iterator[JailSandbox]:
-    sandbox = strict_sandbox(PoolConfig(enabled=False))
-    yield sandbox
-    sandbox.close()
-
-
-@pytest.fixture(scope="module")
-def warm() -> Iterator[JailSandbox]:
-    sandbox = strict_sandbox(PoolConfig(size=2, prewarm=1.0))
-    yield sandbox
-    sandbox.close()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ compiled first: racket compiles them in memory, as it would a module without its
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,12 @@ from typing import Any
 import pytest
 
 from sandbox_workers import Executor, ExecutorConfig
-from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
+from sandbox_workers.jail import JailSandbox
 from sandbox_workers.languages import BASE_ENV, lookup
 from sandbox_workers.pool import PoolConfig, pooled_command
 from sandbox_workers.sandbox import ExecRequest, ExecResult
 from schemas import Completion, IoSuite, Limits, Verdict
+from tests.sandbox.jails import strict_sandbox
 
 pytestmark = pytest.mark.sandbox
 
@@ -114,27 +114,6 @@ producer.join
 sums = 2.times.map { Thread.new { (1..200_000).sum } }.map(&:value)
 puts got.inspect, sums.inspect
 """
-
-
-def sandbox(pool: PoolConfig) -> JailSandbox:
-    try:
-        return JailSandbox(JailConfig(pool=pool))
-    except IsolationUnavailable as exc:
-        pytest.fail(f"this host cannot run the strict jail (see rewardbus doctor): {exc}")
-
-
-@pytest.fixture(scope="module")
-def cold() -> Iterator[JailSandbox]:
-    jail = sandbox(PoolConfig(enabled=False))
-    yield jail
-    jail.close()
-
-
-@pytest.fixture(scope="module")
-def warm() -> Iterator[JailSandbox]:
-    jail = sandbox(PoolConfig(size=2, prewarm=0.5))
-    yield jail
-    jail.close()
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +278,7 @@ async def test_r_writes_its_temporary_files_in_a_forked_execution(
 async def test_a_trigger_never_opened_runs_cold(
     toolchains: dict[str, Any],
 ) -> None:
-    jail = sandbox(PoolConfig(size=1, prewarm=1.0, start_timeout_s=5.0))
+    jail = strict_sandbox(PoolConfig(size=1, prewarm=1.0, start_timeout_s=5.0))
     try:
         req = request(toolchains, "ruby", "puts 6 * 7")
         # Ruby opens solution.rb, never this name: the zygote never comes up.
@@ -313,7 +292,7 @@ async def test_a_trigger_never_opened_runs_cold(
 
 @pytest.mark.parametrize("name", list(ENTRY))
 async def test_the_executor_judges_them_through_the_pool(tmp_path: Path, name: str) -> None:
-    jail = sandbox(PoolConfig(size=2, prewarm=0.5))
+    jail = strict_sandbox(PoolConfig(size=2, prewarm=0.5))
     try:
         executor = Executor(ExecutorConfig(compile_cache_dir=tmp_path), jail)
         # Five right answers of six: the last expected output is wrong on purpose.
