@@ -48,9 +48,20 @@ typedef size_t (*size_fn)(const char *);
 
 static int fired;
 
+/* In a program being set up: pid 1's status socket, where a failure is reported as the
+ * jail's own ("error program setup: ..."), never as the program's exit status. */
+static int setup_status_fd = -1;
+
 static void die(const char *what) {
+    char message[512];
+    snprintf(message, sizeof message, "%s: %s", what, errno ? strerror(errno) : "failed");
+    if (setup_status_fd >= 0) {
+        char report[600];
+        int len = snprintf(report, sizeof report, "error program setup: %s", message);
+        (void)!send(setup_status_fd, report, (size_t)len, MSG_NOSIGNAL);
+    }
     /* The zygote's stderr is the worker's pipe: it reports this tail when "ready" never comes. */
-    dprintf(2, "rbjail-warm: %s: %s\n", what, errno ? strerror(errno) : "failed");
+    dprintf(2, "rbjail-warm: %s\n", message);
     _exit(WARM_FAULT);
 }
 
@@ -303,12 +314,14 @@ static void become_zygote(void) {
     if (memfd < 0) _exit(0); /* the worker closed this pool member */
     /* In the program: the request's interpreter part is for Python's zygote. */
     close(memfd);
-    close(status_fd);
+    setup_status_fd = status_fd;
     fresh_held_fds();
     /* R made its session's temporary directory at start-up, in the zygote's /tmp:
      * the program's /tmp is a fresh one, where it makes it again (as its own uid). */
     const char *r_tmp = getenv("R_SESSION_TMPDIR");
     if (r_tmp != NULL && mkdir(r_tmp, 0700) < 0 && errno != EEXIST) die("R_SESSION_TMPDIR");
+    setup_status_fd = -1;
+    close(status_fd);
 }
 
 /* Ruby forks (Process.fork) after stopping its timer thread, which owns the

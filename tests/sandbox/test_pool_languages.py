@@ -23,7 +23,7 @@ from sandbox_workers import Executor, ExecutorConfig
 from sandbox_workers.jail import JailSandbox
 from sandbox_workers.languages import BASE_ENV, lookup
 from sandbox_workers.pool import PoolConfig, pooled_command
-from sandbox_workers.sandbox import ExecRequest, ExecResult
+from sandbox_workers.sandbox import ExecRequest, ExecResult, SandboxFault
 from schemas import Completion, IoSuite, Limits, Verdict
 from tests.sandbox.jails import strict_sandbox
 
@@ -273,6 +273,24 @@ async def test_r_writes_its_temporary_files_in_a_forked_execution(
     want = await cold.execute(req)
     assert want.stdout == b"kept TRUE \n", want.stderr
     assert observed(await warm.execute(req)) == observed(want)
+
+
+async def test_a_program_that_cannot_be_set_up_is_the_jails_fault(
+    toolchains: dict[str, Any],
+) -> None:
+    # The program's set-up after the fork (its fresh fds, R's temporary directory, made
+    # here where it cannot be) fails: reported as the jail's, never as the program's
+    # exit status, and that zygote is not used again.
+    jail = strict_sandbox(PoolConfig(size=1, prewarm=1.0))
+    try:
+        req = request(toolchains, "ruby", "puts 6 * 7")
+        broken = replace(req, env={**req.env, "R_SESSION_TMPDIR": "/no/such/dir"})
+        with pytest.raises(SandboxFault, match="program setup: R_SESSION_TMPDIR"):
+            await jail.execute(broken)
+        stats = jail.pool_stats
+        assert stats is not None and stats.discarded == 1
+    finally:
+        await jail.aclose()
 
 
 async def test_a_trigger_never_opened_runs_cold(
