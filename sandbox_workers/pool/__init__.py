@@ -64,29 +64,22 @@ zygote's pages the program maps, as a cold run's includes the fresh
 interpreter's; ``/proc/self/exe`` is the interpreter, as cold, and
 ``/proc/self/cmdline`` is the request's argv.
 
-Ruby and PHP are pooled too, by a zygote that forks where the interpreter
-first opens the program (``Launch.warm_after``, ``native/rbjail_warm.c``). Its
-jail runs the request's very command line with ``librbjail-warm.so``
-preloaded; the interpreter starts up as it always does (Ruby's VM and load
-path, PHP's modules: 95 % and 90 % of a trivial run, measured with strace),
-and inside its ``open()`` of the program file the library does in C what
-:mod:`.zygote_main` does (library fd, namespaces, "ready") and serves. The
-program comes back from that ``open()`` confined, in its fresh ``/work``,
-and the interpreter reads the file the worker wrote there. What a runtime's
-own ``fork`` does in its child is done too: every fd the interpreter held is
-``/dev/null`` (close-on-exec) at the same number, and Ruby forks from inside an
-``exec`` of a path that does not exist, where it has stopped the timer thread
-that owns its POSIX timer and signal pipes (``before_exec``); in the program
-the exec fails, Ruby restarts that thread as the program's own, and
-``rb_thread_atfork`` forgets the zygote's threads and reseeds ``rand``. The
-interpreter runs in a child of the jail's program (pid 3, not 2), so no
-runtime takes what the zygote made for its own. Differences from a cold run:
-``LD_PRELOAD`` and two ``RBJAIL_WARM*`` variables are gone from the
-environment but still in ``/proc/self/environ``'s bytes, the library is mapped,
-and Ruby's string hashes share the zygote's seed (as Python's hash secret).
-R (it opens its script before loading its packages), Racket (its default
-random generator is seeded at start-up, and its event loop keeps a wake-up
-pipe) and the compiled languages are not pooled.
+Ruby, PHP, R and Racket are pooled too, by a zygote that forks where the
+interpreter first opens a file its launch names (``Launch.warm_after``; R: its
+first read of it, ``warm_on_read``), in ``native/rbjail_warm.c``. Its jail runs
+the request's very command line with ``librbjail-warm.so`` preloaded; the
+interpreter starts up as it always does, and inside that ``open()`` the library
+does in C what :mod:`.zygote_main` does (library fd, namespaces, "ready") and
+serves. The program comes back from it confined, in its fresh ``/work``, and the
+interpreter reads the file the worker wrote there. What a runtime's own ``fork``
+does in its child is done too: each fd the interpreter held is a fresh object of
+its kind at the same number (pipes, epoll instances with their watches, eventfds;
+``/dev/null`` otherwise); Ruby forks from inside an ``exec`` of a missing path,
+where it has stopped the timer thread that owns its POSIX timer and signal pipes,
+restarts it in the program and runs ``rb_thread_atfork``; R's session temporary
+directory is made again; the interpreter runs as pid 3, so no runtime takes the
+zygote's resources (made "by pid 2", the program's pid) for its own. What differs
+from a cold run is listed in docs/languages.md ("Warm pools").
 
 Node and Java are not pooled. V8 and the JVM are multi-threaded from their
 first instruction (V8's platform workers and GC threads, the JVM's compiler,

@@ -49,13 +49,14 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
 class PoolConfig:
     """Warm pools: pre-started, already jailed interpreters that fork each execution.
 
-    Python, Ruby and PHP are pooled (V8 and the JVM cannot fork once started; see
+    Python, Ruby, PHP, R and Racket are pooled (V8 and the JVM cannot fork; see
     :mod:`sandbox_workers.pool`). A Python request runs in a zygote when ``argv[0]``
     is one of ``interpreters`` (empty: the worker's own base interpreter) and it is
     a ``-c`` command; with ``fork_at_open``, a request whose launch names
-    ``warm_after`` (Ruby's, PHP's) runs in a zygote of its own command line that
-    forked at its first open of that file. Zygotes are kept per start-up profile
-    (options, environment, mounts), at most ``size`` in all. When a profile is first seen,
+    ``warm_after`` (Ruby's, PHP's, R's, Racket's) runs in a zygote of its own
+    command line that forked at its first open of that file. Zygotes are kept per
+    start-up profile (options, environment, mounts), at most ``size`` in all.
+    When a profile is first seen,
     ``ceil(size * prewarm)`` zygotes start and its first requests wait for them;
     later, when every zygote of the profile is busy, one more starts in the
     background (up to ``size``) and the request runs cold. A zygote is retired
