@@ -57,7 +57,9 @@ class PoolConfig:
     command line that forked at its first open of that file. Zygotes are kept per
     start-up profile (options, environment, mounts), at most ``size`` in all.
     When a profile is first seen,
-    ``ceil(size * prewarm)`` zygotes start and its first requests wait for them;
+    ``ceil(size * prewarm)`` zygotes start (only as many as there is free room for,
+    at least one: in a full pool one idle zygote of the least recently used other
+    profile is retired for it) and its first requests wait for them;
     later, when every zygote of the profile is busy, one more starts in the
     background (up to ``size``) and the request runs cold. A zygote is retired
     after ``max_uses`` executions, and replaced when it dies or misbehaves.
