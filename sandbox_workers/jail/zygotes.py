@@ -182,17 +182,16 @@ class ZygoteStarter:
             env["RBJAIL_WARM"] = f"{int(pool.fresh_net)} {int(self._config.loopback)}"
             if profile.on_read:
                 env["RBJAIL_WARM_ON_READ"] = "1"
-            for key, value in env.items():
-                options += ["--env", f"{key}={value}"]
-            return [*options, "--", profile.interpreter, *profile.options]
+            command = [profile.interpreter, *profile.options]
+        else:
+            settings = json.dumps(
+                {
+                    "preload": list(pool.preload),
+                    "fresh_net": pool.fresh_net,
+                    "loopback": self._config.loopback,
+                }
+            )
+            command = [profile.interpreter, *profile.options, "-c", _zygote_source(), settings]
         for key, value in env.items():
             options += ["--env", f"{key}={value}"]
-        settings = json.dumps(
-            {
-                "preload": list(pool.preload),
-                "fresh_net": pool.fresh_net,
-                "loopback": self._config.loopback,
-            }
-        )
-        options += ["--", profile.interpreter, *profile.options, "-c", _zygote_source(), settings]
-        return options
+        return [*options, "--", *command]

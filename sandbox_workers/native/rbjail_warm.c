@@ -126,7 +126,8 @@ struct held_fd {
 static struct held_fd held[MAX_HELD];
 static size_t n_held;
 
-static void note_epoll(struct held_fd *h) {
+/* What /proc/self/fdinfo says of an epoll instance (its watches) or an eventfd (its count). */
+static void note_fdinfo(struct held_fd *h) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fdinfo/%d", h->fd);
     FILE *info = fopen(path, "re");
@@ -134,6 +135,10 @@ static void note_epoll(struct held_fd *h) {
     char line[256];
     while (fgets(line, sizeof line, info) != NULL) {
         struct watched w;
+        if (h->kind == HELD_EVENTFD) {
+            if (sscanf(line, "eventfd-count: %llx", &h->id) == 1) break;
+            continue;
+        }
         if (sscanf(line, "tfd: %d events: %x data: %llx", &w.fd, &w.events, &w.data) != 3)
             continue;
         if (h->n_watched == MAX_WATCHED) {
@@ -142,17 +147,6 @@ static void note_epoll(struct held_fd *h) {
         }
         h->watched[h->n_watched++] = w;
     }
-    fclose(info);
-}
-
-static void note_eventfd(struct held_fd *h) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", h->fd);
-    FILE *info = fopen(path, "re");
-    if (info == NULL) die(path);
-    char line[256];
-    while (fgets(line, sizeof line, info) != NULL)
-        if (sscanf(line, "eventfd-count: %llx", &h->id) == 1) break;
     fclose(info);
 }
 
@@ -187,8 +181,7 @@ static void note_held_fds(void) {
     }
     closedir(dir);
     for (size_t i = 0; i < n_held; i++) {
-        if (held[i].kind == HELD_EPOLL) note_epoll(&held[i]);
-        if (held[i].kind == HELD_EVENTFD) note_eventfd(&held[i]);
+        if (held[i].kind == HELD_EPOLL || held[i].kind == HELD_EVENTFD) note_fdinfo(&held[i]);
     }
 }
 
@@ -420,45 +413,25 @@ typedef FILE *(*fopen_fn)(const char *, const char *);
     static type real; \
     if (real == NULL) real = (type)dlsym(RTLD_NEXT, name)
 
-int open(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    NEXT(open_fn, "open");
-    maybe_fire(path);
-    return real(path, flags, mode);
-}
+/* open() and openat() and their 64-bit names: the trigger is looked at, then libc's
+ * own runs (its mode argument only when the flags say it has one). */
+#define OPEN_LIKE(name, type, ...)                                      \
+    {                                                                    \
+        va_list ap;                                                      \
+        va_start(ap, flags);                                             \
+        mode_t mode = mode_arg(flags, ap);                               \
+        va_end(ap);                                                      \
+        NEXT(type, name);                                                \
+        maybe_fire(path);                                                \
+        return real(__VA_ARGS__, mode);                                  \
+    }
 
-int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    NEXT(open_fn, "open64");
-    maybe_fire(path);
-    return real(path, flags, mode);
-}
-
-int openat(int dirfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    NEXT(openat_fn, "openat");
-    maybe_fire(path);
-    return real(dirfd, path, flags, mode);
-}
-
-int openat64(int dirfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    NEXT(openat_fn, "openat64");
-    maybe_fire(path);
-    return real(dirfd, path, flags, mode);
-}
+int open(const char *path, int flags, ...) OPEN_LIKE("open", open_fn, path, flags)
+int open64(const char *path, int flags, ...) OPEN_LIKE("open64", open_fn, path, flags)
+int openat(int dirfd, const char *path, int flags, ...)
+    OPEN_LIKE("openat", openat_fn, dirfd, path, flags)
+int openat64(int dirfd, const char *path, int flags, ...)
+    OPEN_LIKE("openat64", openat_fn, dirfd, path, flags)
 
 /* RBJAIL_WARM_ON_READ: the interpreter opens its program before it has started up
  * (R opens --file= before it loads its packages) and reads it after. Its fopen of the
@@ -532,20 +505,17 @@ FILE *fopen64(const char *path, const char *mode) {
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execv_fn)(const char *, char *const[]);
 
-int execve(const char *path, char *const argv[], char *const envp[]) {
-    NEXT(execve_fn, "execve");
-    if (fork_point(path)) {
-        errno = ENOENT;
-        return -1;
+/* Ruby's exec of FORK_POINT (see ruby_becomes_zygote) never reaches the kernel. */
+#define EXEC_LIKE(name, type, ...)        \
+    {                                      \
+        NEXT(type, name);                  \
+        if (fork_point(path)) {            \
+            errno = ENOENT;                \
+            return -1;                     \
+        }                                  \
+        return real(__VA_ARGS__);          \
     }
-    return real(path, argv, envp);
-}
 
-int execv(const char *path, char *const argv[]) {
-    NEXT(execv_fn, "execv");
-    if (fork_point(path)) {
-        errno = ENOENT;
-        return -1;
-    }
-    return real(path, argv);
-}
+int execve(const char *path, char *const argv[], char *const envp[])
+    EXEC_LIKE("execve", execve_fn, path, argv, envp)
+int execv(const char *path, char *const argv[]) EXEC_LIKE("execv", execv_fn, path, argv)
