@@ -248,6 +248,11 @@ async def test_seccomp_blocks_escape_syscalls_but_not_threads(jail: JailSandbox)
         " 'clone3': call(libc.syscall, 435, 0, 0),\n"
         " 'keyctl': call(libc.syscall, 250, 0, 0),\n"
         " 'bpf': call(libc.syscall, 321, 0, 0, 0),\n"
+        " 'pidfd_getfd': call(libc.syscall, 438, 0, 0, 0),\n"
+        " 'quotactl_fd': call(libc.syscall, 443, 0, 0, 0, 0),\n"
+        " 'io_uring_setup': call(libc.syscall, 425, 0, 0),\n"
+        " 'personality': call(libc.personality, 0x0040000),\n"
+        " 'clone_newuser': call(libc.syscall, 56, 0x10000000 | 17, 0, 0, 0, 0),\n"
         " 'packet': sock(17, socket.SOCK_RAW, 0),\n"
         " 'raw': sock(socket.AF_INET, socket.SOCK_RAW, 1),\n"
         " 'vsock': sock(40, socket.SOCK_STREAM, 0),\n"
@@ -256,9 +261,12 @@ async def test_seccomp_blocks_escape_syscalls_but_not_threads(jail: JailSandbox)
         "}))"
     )
     out = json_out(await jail.execute(py(code)))
-    for name in ("ptrace", "unshare", "mount", "keyctl", "bpf"):
+    # From every part of the filter's search tree; without the filter pidfd_getfd
+    # answers EBADF, io_uring_setup EFAULT and personality succeeds (ADDR_NO_RANDOMIZE).
+    for name in ("ptrace", "unshare", "mount", "keyctl", "bpf", "pidfd_getfd", "quotactl_fd"):
         assert out[name] == [-1, 1], name  # EPERM
-    assert out["clone3"] == [-1, 38]  # ENOSYS: glibc falls back to clone
+    assert out["personality"] == [-1, 1] and out["clone_newuser"] == [-1, 1]
+    assert out["clone3"] == [-1, 38] and out["io_uring_setup"] == [-1, 38]  # ENOSYS: fallbacks
     assert out["packet"] == 97 and out["vsock"] == 97  # EAFNOSUPPORT
     assert out["raw"] == 1
     assert out["tcp"] == 0 and out["unix"] == 0
