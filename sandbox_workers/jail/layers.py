@@ -39,6 +39,15 @@ class _Rlimit(ctypes.Structure):
     )
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    )
+
+
 class LayerLibrary:
     """Typed wrappers around the ``rbjail_apply_*`` functions of ``librbjail.so``."""
 
@@ -46,6 +55,8 @@ class LayerLibrary:
         self.path = path
         self._lib = ctypes.CDLL(str(path), use_errno=True)
         self._lib.rbjail_error.restype = ctypes.c_char_p
+        self._lib.rbjail_seccomp_filter.restype = ctypes.c_size_t
+        self._lib.rbjail_seccomp_filter.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -84,6 +95,24 @@ class LayerLibrary:
     def apply_seccomp(self) -> None:
         """Install the jail's seccomp filter on every thread of the process."""
         self._check(self._lib.rbjail_apply_seccomp(), "seccomp")
+
+    def seccomp_filter(self) -> list[tuple[int, int, int, int]]:
+        """The seccomp filter as built, each instruction as (code, jt, jf, k): for tests."""
+        buffer = (_SockFilter * 256)()
+        count = self._lib.rbjail_seccomp_filter(buffer, len(buffer))
+        if count == 0:
+            raise OSError("the seccomp filter cannot be built")
+        return [(ins.code, ins.jt, ins.jf, ins.k) for ins in buffer[:count]]
+
+    def seccomp_denials(self) -> dict[int, int]:
+        """Each syscall number the filter refuses outright, with its errno: for tests."""
+        denials: dict[int, int] = {}
+        nr, err = ctypes.c_int(), ctypes.c_int()
+        while (
+            self._lib.rbjail_seccomp_denial(len(denials), ctypes.byref(nr), ctypes.byref(err)) == 0
+        ):
+            denials[nr.value] = err.value
+        return denials
 
     def reset_signals(self) -> None:
         """Default dispositions and an empty mask, as a fresh program expects."""

@@ -604,6 +604,27 @@ static int build_filter(struct prog *p) {
     return p->too_far ? -1 : 0;
 }
 
+size_t rbjail_seccomp_filter(void *out, size_t max) {
+    struct prog p;
+    if (build_filter(&p) < 0 || p.n > max) return 0;
+    memcpy(out, p.f, p.n * sizeof p.f[0]);
+    return p.n;
+}
+
+int rbjail_seccomp_denial(size_t i, int *nr, int *err) {
+    struct rule rules[MAX_RULES];
+    size_t n = collect_rules(rules), k = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (rules[j].err == 0) continue;
+        if (k++ == i) {
+            *nr = rules[j].nr;
+            *err = rules[j].err;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 int rbjail_apply_seccomp(void) {
 #if !defined(__x86_64__)
     errno = ENOSYS;

@@ -75,6 +75,11 @@ int rbjail_drop_capabilities(void);
 int rbjail_apply_uid(uid_t uid, gid_t gid);
 int rbjail_apply_no_new_privs(void);
 int rbjail_apply_seccomp(void);
+/* For tests: the filter's instructions (8 bytes each) copied into out, their
+ * count (0: it does not fit in max, or cannot be built). */
+size_t rbjail_seccomp_filter(void *out, size_t max);
+/* For tests: the i-th syscall the filter refuses outright, and its errno; -1 past the last. */
+int rbjail_seccomp_denial(size_t i, int *nr, int *err);
 int rbjail_reset_signals(void);
 int rbjail_confine(const struct rbjail_child *child);
 
