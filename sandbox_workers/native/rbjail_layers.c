@@ -399,15 +399,22 @@ int rbjail_apply_rlimits(const struct rbjail_rlimit *limits, size_t n) {
     return 0;
 }
 
+int rbjail_drop_bounding_set(void) {
+    /* Each drop is a new set of credentials (~1 us); reading is not. A process
+     * whose parent already emptied the set (a session's init) skips them. */
+    for (int cap = 0; cap <= 63; cap++) {
+        int held = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (held < 0 && errno == EINVAL) break; /* past the kernel's last capability */
+        if (held == 0) continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) return fail("capbset drop", NULL);
+    }
+    return 0;
+}
+
 int rbjail_drop_capabilities(void) {
     /* Empty the bounding set so no later exec can regain a capability, then the
      * ambient set; setresuid to a non-zero uid clears the rest. */
-    for (int cap = 0; cap <= 63; cap++) {
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
-            if (errno == EINVAL) break; /* past the kernel's last capability */
-            return fail("capbset drop", NULL);
-        }
-    }
+    if (rbjail_drop_bounding_set() < 0) return -1;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return fail("ambient caps clear", NULL);
     return 0;

@@ -72,6 +72,8 @@ int rbjail_apply_cgroupns(void);
 int rbjail_reset_oom_score(void);
 int rbjail_apply_rlimits(const struct rbjail_rlimit *limits, size_t n);
 int rbjail_drop_capabilities(void);
+/* The capability bounding set alone (what the process holds stays). */
+int rbjail_drop_bounding_set(void);
 int rbjail_apply_uid(uid_t uid, gid_t gid);
 int rbjail_apply_no_new_privs(void);
 int rbjail_apply_seccomp(void);

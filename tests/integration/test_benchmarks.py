@@ -49,6 +49,30 @@ def test_bench_sandbox_quick() -> None:
 
 
 @pytest.mark.timeout(180)
+def test_bench_confine_quick() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_confine.py"), "--blocks", "3", "--forks", "50"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = report["rows"]
+    assert set(rows) == {
+        "fork",
+        "seccomp_linear",
+        "seccomp_tree",
+        "bounding_set_full",
+        "fork_empty_parent",
+        "bounding_set_empty",
+    }
+    assert rows["seccomp_tree"]["instructions"] > rows["seccomp_linear"]["instructions"] > 50
+    assert all(row["ms"] > 0 for row in rows.values())
+
+
+@pytest.mark.timeout(180)
 def test_bench_tools_quick(kafka_bootstrap: str) -> None:
     report = quick_run("bench_tools.py", kafka_bootstrap)
     levels = report["kafka"]["levels"]

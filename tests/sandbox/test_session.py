@@ -33,6 +33,7 @@ case "$what" in
   look) cat given.txt; ls ;;
   meddle) touch /tmp/x /dev/shm/x x; rm /tmp/x /dev/shm/x x; mkdir d; rmdir d
           touch -d 2001-01-01 /tmp /dev/shm /work; chmod 700 /work; echo ok ;;
+  confined) grep -E '^(Uid|Cap[A-Za-z]*|NoNewPrivs|Seccomp):' /proc/self/status ;;
   stat) stat -c '%n %a %u %g %Y %X' /work /tmp /dev/shm; ls -A /work /tmp /dev/shm ;;
 esac
 """
@@ -72,6 +73,21 @@ async def test_each_run_gets_its_own_stdin_and_output(jail: JailSandbox) -> None
     results = await runs(jail, *(f"double\n{n}\n" for n in range(20)))
     assert [r.stdout for r in results] == [f"{2 * n}\n".encode() for n in range(20)]
     assert all(r.ok for r in results)
+
+
+async def test_every_run_is_confined_as_a_jail_s_program(jail: JailSandbox) -> None:
+    # The session's init empties the capability bounding set once; each run's program
+    # still has no capability in any set, no way to gain one, and the seccomp filter.
+    for result in await runs(jail, "confined", "double\n1\n", "confined"):
+        assert result.ok, result
+        if result.stdout == b"2\n":
+            continue
+        status = dict(line.split(":", 1) for line in result.stdout.decode().splitlines())
+        assert status["Uid"].split() == ["65534"] * 4
+        caps = {name: int(value, 16) for name, value in status.items() if name.startswith("Cap")}
+        assert set(caps) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+        assert not any(caps.values()), caps
+        assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
 
 
 async def test_a_run_sees_the_files_as_given_never_as_an_earlier_run_left_them(
