@@ -24,10 +24,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def quick_run(name: str, bootstrap: str | None = None) -> dict[str, Any]:
+def quick_run(
+    name: str, bootstrap: str | None = None, flags: tuple[str, ...] = ("--quick",)
+) -> dict[str, Any]:
     where = ["--bootstrap-servers", bootstrap] if bootstrap else []
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / name), "--quick", *where],
+        [sys.executable, str(BENCHMARKS / name), *flags, *where],
         capture_output=True,
         text=True,
         timeout=150,
@@ -50,16 +52,7 @@ def test_bench_sandbox_quick() -> None:
 
 @pytest.mark.timeout(180)
 def test_bench_confine_quick() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_confine.py"), "--blocks", "3", "--forks", "50"],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    rows = report["rows"]
+    rows = quick_run("bench_confine.py", flags=("--blocks", "3", "--forks", "50"))["rows"]
     assert set(rows) == {
         "fork",
         "seccomp_linear",
