@@ -20,6 +20,7 @@ static int nothing(void) { return 0; }
 static int seccomp_tree(void) { return load(&tree); }
 static int seccomp_linear(void) { return load(&linear); }
 static int bounding_set(void) { return rbjail_drop_bounding_set(); }
+static int signals(void) { return rbjail_reset_signals(); }
 
 /* The same refusals tested one by one, as the filter did before its search tree
  * (without its argument checks, which only make a linear filter longer). */
@@ -71,21 +72,31 @@ int main(int argc, char **argv) {
     build_linear(&l);
     tree = (struct sock_fprog){.len = (unsigned short)t.n, .filter = t.f};
     linear = (struct sock_fprog){.len = (unsigned short)l.n, .filter = l.f};
-    /* The bounding set: dropped by each child of a parent that holds it, and read
-     * (nothing left to drop) by each child of a parent that dropped it (a session's init). */
-    struct step steps[] = {{"fork", nothing}, {"seccomp_linear", seccomp_linear},
-                           {"seccomp_tree", seccomp_tree}, {"bounding_set_full", bounding_set}};
-    size_t n = sizeof steps / sizeof steps[0];
-    double *ms = calloc((n + 2) * (size_t)blocks, sizeof *ms);
+    /* The bounding set: dropped by each child of a parent that holds it, and known
+     * empty by each child of a parent that emptied it (a session's init). The
+     * signals: every one reset by each child, or only those the parent noted as
+     * not at their default (a session's init, which inherits glibc's two ignored). */
+    struct step steps[] = {{"fork", nothing},
+                           {"seccomp_linear", seccomp_linear},
+                           {"seccomp_tree", seccomp_tree},
+                           {"bounding_set_full", bounding_set},
+                           {"signals_all", signals}};
+    struct step after[] = {{"fork_prepared_parent", nothing},
+                           {"bounding_set_empty", bounding_set},
+                           {"signals_noted", signals}};
+    size_t n = sizeof steps / sizeof steps[0], n_after = sizeof after / sizeof after[0];
+    double *ms = calloc((n + n_after) * (size_t)blocks, sizeof *ms);
     for (int b = 0; b < blocks; b++)
         for (size_t s = 0; s < n; s++)
             if (block(&steps[s], forks, &ms[s * blocks + b]) < 0) return 3;
     if (rbjail_drop_bounding_set() < 0) return 4;
-    struct step after[] = {{"fork_empty_parent", nothing}, {"bounding_set_empty", bounding_set}};
+    const struct raw_sigaction ignore = {.handler = SIG_IGN};
+    if (raw_sigaction(32, &ignore, NULL) < 0 || raw_sigaction(33, &ignore, NULL) < 0) return 4;
+    if (rbjail_prepare_children() < 0) return 4;
     for (int b = 0; b < blocks; b++)
-        for (size_t s = 0; s < 2; s++)
+        for (size_t s = 0; s < n_after; s++)
             if (block(&after[s], forks, &ms[(n + s) * blocks + b]) < 0) return 3;
-    for (size_t s = 0; s < n + 2; s++) {
+    for (size_t s = 0; s < n + n_after; s++) {
         double *v = &ms[s * blocks];
         qsort(v, (size_t)blocks, sizeof *v, by_value);
         unsigned len = s == 1 ? linear.len : s == 2 ? tree.len : 0;

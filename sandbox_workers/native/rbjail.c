@@ -547,6 +547,11 @@ static int run_session(const struct opts *o) {
         session_fail(o, "drop", "capability bounding set");
         return JAIL_FAULT;
     }
+    /* Init changes no signal's disposition after this (SIGCHLD is blocked, not handled). */
+    if (rbjail_prepare_children() < 0) {
+        session_fail(o, "prepare", "programs' filter");
+        return JAIL_FAULT;
+    }
     for (;;) {
         static char request[128];
         int fds[3], n_fds;

@@ -399,15 +399,22 @@ int rbjail_apply_rlimits(const struct rbjail_rlimit *limits, size_t n) {
     return 0;
 }
 
+/* Set once this process emptied its bounding set: a set never grows again, so
+ * every process forked after that (a session's programs) knows it is empty
+ * without reading it 41 times. */
+static int bounding_set_empty;
+
 int rbjail_drop_bounding_set(void) {
     /* Each drop is a new set of credentials (~1 us); reading is not. A process
-     * whose parent already emptied the set (a session's init) skips them. */
+     * whose parent already emptied the set (a session's init) skips both. */
+    if (bounding_set_empty) return 0;
     for (int cap = 0; cap <= 63; cap++) {
         int held = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
         if (held < 0 && errno == EINVAL) break; /* past the kernel's last capability */
         if (held == 0) continue;
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) return fail("capbset drop", NULL);
     }
+    bounding_set_empty = 1;
     return 0;
 }
 
@@ -611,11 +618,21 @@ static int build_filter(struct prog *p) {
     return p->too_far ? -1 : 0;
 }
 
+/* The filter, built once per process: by the first program that loads it, or
+ * before forking any by a process that forks many (rbjail_prepare_children). */
+static struct prog built_filter;
+static int filter_built; /* 1 built, -1 cannot be built */
+
+static const struct prog *the_filter(void) {
+    if (filter_built == 0) filter_built = build_filter(&built_filter) < 0 ? -1 : 1;
+    return filter_built > 0 ? &built_filter : NULL;
+}
+
 size_t rbjail_seccomp_filter(void *out, size_t max) {
-    struct prog p;
-    if (build_filter(&p) < 0 || p.n > max) return 0;
-    memcpy(out, p.f, p.n * sizeof p.f[0]);
-    return p.n;
+    const struct prog *p = the_filter();
+    if (p == NULL || p->n > max) return 0;
+    memcpy(out, p->f, p->n * sizeof p->f[0]);
+    return p->n;
 }
 
 int rbjail_seccomp_denial(size_t i, int *nr, int *err) {
@@ -637,12 +654,12 @@ int rbjail_apply_seccomp(void) {
     errno = ENOSYS;
     return fail("seccomp filter is written for x86_64", NULL);
 #else
-    struct prog p;
-    if (build_filter(&p) < 0) {
+    const struct prog *p = the_filter();
+    if (p == NULL) {
         errno = E2BIG;
         return fail("seccomp filter", "does not fit BPF's jumps");
     }
-    struct sock_fprog fprog = {.len = (unsigned short)p.n, .filter = p.f};
+    struct sock_fprog fprog = {.len = (unsigned short)p->n, .filter = (struct sock_filter *)p->f};
     /* TSYNC: a warm interpreter may have threads; all of them get the filter. */
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) != 0)
         return fail("seccomp", NULL);
@@ -650,18 +667,62 @@ int rbjail_apply_seccomp(void) {
 #endif
 }
 
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000 /* glibc sets it on every sigaction it makes */
+#endif
+
+/* The kernel's sigaction. glibc's refuses its own two signals (32 and 33), and
+ * posix_spawn leaves those ignored in what it starts (the jail's spawner), so
+ * every jail inherits them ignored unless they are reset here. */
+struct raw_sigaction {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)(void);
+    unsigned long mask;
+};
+
+static int raw_sigaction(int sig, const struct raw_sigaction *act, struct raw_sigaction *old) {
+    return (int)syscall(SYS_rt_sigaction, sig, act, old, sizeof(unsigned long));
+}
+
+/* Signals whose disposition differs from the default (SIG_DFL, no flags) in
+ * the process that called rbjail_prepare_children, bit sig - 1 (a sigset_t
+ * would not do: glibc's sigaddset refuses 32 and 33 too); signals_noted: 1 once it did. */
+static unsigned long long noted_signals;
+static int signals_noted;
+
+static void note_signals(void) {
+    noted_signals = 0;
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct raw_sigaction old;
+        if (sig == SIGKILL || sig == SIGSTOP || raw_sigaction(sig, NULL, &old) < 0) continue;
+        if (old.handler != SIG_DFL || (old.flags & ~SA_RESTORER) != 0) noted_signals |= 1ULL << (sig - 1);
+    }
+    signals_noted = 1;
+}
+
 int rbjail_reset_signals(void) {
-    /* Ignored dispositions and the blocked mask survive execve: hand the program defaults. */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
+    /* Ignored dispositions and the blocked mask survive execve: hand the program
+     * defaults. Where the parent noted which signals are not at their default,
+     * only those are reset (64 sigaction calls were 0.04 ms of a session test). */
+    const struct raw_sigaction dfl = {.handler = SIG_DFL};
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
-        (void)sigaction(sig, &sa, NULL); /* EINVAL for glibc-internal signals is fine */
+        if (signals_noted && !(noted_signals & (1ULL << (sig - 1)))) continue;
+        if (raw_sigaction(sig, &dfl, NULL) < 0) return fail("sigaction", NULL);
     }
     sigset_t none;
     sigemptyset(&none);
     if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) return fail("sigprocmask", NULL);
+    return 0;
+}
+
+int rbjail_prepare_children(void) {
+    note_signals();
+    if (the_filter() == NULL) {
+        errno = E2BIG;
+        return fail("seccomp filter", "does not fit BPF's jumps");
+    }
     return 0;
 }
 

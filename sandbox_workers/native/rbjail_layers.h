@@ -83,6 +83,12 @@ size_t rbjail_seccomp_filter(void *out, size_t max);
 /* For tests: the i-th syscall the filter refuses outright, and its errno; -1 past the last. */
 int rbjail_seccomp_denial(size_t i, int *nr, int *err);
 int rbjail_reset_signals(void);
+/* For a process that forks many programs, each confined by rbjail_confine (a
+ * session's init): work out once what each would work out again, the seccomp
+ * filter and which signals are not at their default. Call it after the last
+ * change of a signal's disposition: a program forked after a later change
+ * would keep that disposition. */
+int rbjail_prepare_children(void);
 int rbjail_confine(const struct rbjail_child *child);
 
 /* Name of an rlimit ("cpu", "as", ...) to its RLIMIT_* number, or -1. */

@@ -58,8 +58,10 @@ def test_bench_confine_quick() -> None:
         "seccomp_linear",
         "seccomp_tree",
         "bounding_set_full",
-        "fork_empty_parent",
+        "signals_all",
+        "fork_prepared_parent",
         "bounding_set_empty",
+        "signals_noted",
     }
     assert rows["seccomp_tree"]["instructions"] > rows["seccomp_linear"]["instructions"] > 50
     assert all(row["ms"] > 0 for row in rows.values())

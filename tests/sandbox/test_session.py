@@ -7,6 +7,7 @@ same through sessions as through one jail per test.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
 from sandbox_workers.pool import PoolConfig
 from sandbox_workers.sandbox import ProgramSession, SessionSandbox
 from schemas import Completion, IoSuite, Limits, Verdict
+from tests.sandbox.jails import strict_sandbox
 
 pytestmark = pytest.mark.sandbox
 
@@ -33,7 +35,7 @@ case "$what" in
   look) cat given.txt; ls ;;
   meddle) touch /tmp/x /dev/shm/x x; rm /tmp/x /dev/shm/x x; mkdir d; rmdir d
           touch -d 2001-01-01 /tmp /dev/shm /work; chmod 700 /work; echo ok ;;
-  confined) grep -E '^(Uid|Cap[A-Za-z]*|NoNewPrivs|Seccomp):' /proc/self/status ;;
+  confined) cat /proc/self/status ;;
   stat) stat -c '%n %a %u %g %Y %X' /work /tmp /dev/shm; ls -A /work /tmp /dev/shm ;;
 esac
 """
@@ -75,19 +77,43 @@ async def test_each_run_gets_its_own_stdin_and_output(jail: JailSandbox) -> None
     assert all(r.ok for r in results)
 
 
+def assert_confined(result: ExecResult) -> None:
+    """No capability in any set, no way to gain one, the seccomp filter, default signals."""
+    assert result.ok, result
+    status = dict(line.split(":", 1) for line in result.stdout.decode().splitlines())
+    assert status["Uid"].split() == ["65534"] * 4
+    caps = {name: int(value, 16) for name, value in status.items() if name.startswith("Cap")}
+    assert set(caps) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+    assert not any(caps.values()), caps
+    assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+    # The shell handles or ignores nothing of its own before it runs grep;
+    # grep is its child, so this is what the jail handed the program, as exec left it.
+    signals = {name: int(status[name], 16) for name in ("SigIgn", "SigCgt", "SigBlk")}
+    assert not any(signals.values()), signals
+
+
 async def test_every_run_is_confined_as_a_jail_s_program(jail: JailSandbox) -> None:
-    # The session's init empties the capability bounding set once; each run's program
-    # still has no capability in any set, no way to gain one, and the seccomp filter.
+    # The session's init empties the capability bounding set once and works out the
+    # seccomp filter and its own non-default signals once; each run's program still
+    # gets what a new jail's program gets.
     for result in await runs(jail, "confined", "double\n1\n", "confined"):
-        assert result.ok, result
-        if result.stdout == b"2\n":
-            continue
-        status = dict(line.split(":", 1) for line in result.stdout.decode().splitlines())
-        assert status["Uid"].split() == ["65534"] * 4
-        caps = {name: int(value, 16) for name, value in status.items() if name.startswith("Cap")}
-        assert set(caps) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
-        assert not any(caps.values()), caps
-        assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+        if result.stdout != b"2\n":
+            assert_confined(result)
+
+
+async def test_signals_the_worker_ignores_are_at_their_default_in_every_run() -> None:
+    """Ignored dispositions survive fork and exec: the worker's must never reach a program."""
+    ignored = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM)
+    saved = [signal.signal(sig, signal.SIG_IGN) for sig in ignored]
+    sandbox = strict_sandbox(PoolConfig(enabled=False))
+    try:  # its spawners start with the first runs, ignoring what this process ignores
+        for result in await runs(sandbox, "confined", "confined"):
+            assert_confined(result)
+        assert_confined(await sandbox.execute(request("confined")))
+    finally:
+        sandbox.close()
+        for sig, handler in zip(ignored, saved, strict=True):
+            signal.signal(sig, handler)
 
 
 async def test_a_run_sees_the_files_as_given_never_as_an_earlier_run_left_them(
