@@ -5,7 +5,10 @@ is judged through the worker's executor (``rewardbus.wiring.build_executor``: th
 strict jail, warm pools, compile cache) against a stdin/stdout suite of ``--small``
 (10) and of ``--large`` (200) cases, the runs alternating; the marginal cost of a
 test is ``(median large - median small) / (large - small)``, wall time, one
-execution at a time, the compile cached by a warm-up run. ``python-fn`` is the same
+execution at a time, the compile cached by a warm-up run. The same in CPU time
+(steadier on a shared machine): this process's (the executor) and its sandboxes'
+(their cgroups) per judged run, against ``subprocess.run``'s (this process's and
+its children's) per bare run. ``python-fn`` is the same
 with ``fn_name`` calls (``def f(x): return 2 * x``).
 
 The baselines run in the same process, between the judged runs:
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
 
-from _common import emit_json, quiet_logs, say
+from _common import emit_json, quiet_logs, sandbox_cpu_s, say
 
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.executor import Executor
@@ -127,31 +132,46 @@ def completion(language: str, code: str, suite: IoSuite, n: int) -> Completion:
     )
 
 
-async def judged_s(executor: Executor, c: Completion, cases: int) -> float:
-    started = time.perf_counter()
+def judged_cpu_s() -> float:
+    """CPU seconds of this process (the executor) and of its sandboxes (their cgroups)."""
+    return time.process_time() + sandbox_cpu_s(os.getpid())
+
+
+async def judged_s(executor: Executor, c: Completion, cases: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one judged run."""
+    cpu, started = judged_cpu_s(), time.perf_counter()
     event = await executor.run(c)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, judged_cpu_s() - cpu
     if event.verdict is not Verdict.ACCEPTED or event.total != cases:
         raise SystemExit(f"{c.language}: {cases} cases judged {event.verdict} ({event.message})")
-    return elapsed
+    return elapsed, cpu
 
 
-def bare_per_test_ms(argv: list[str], cases: int) -> float:
-    started = time.perf_counter()
+def bare_per_test_ms(argv: list[str], cases: int) -> tuple[float, float]:
+    """Wall and CPU ms per bare run (this process's and its reaped children's CPU)."""
+
+    def cpu_s() -> float:
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + kids.ru_utime + kids.ru_stime
+
+    cpu, started = cpu_s(), time.perf_counter()
     for i in range(cases):
         done = subprocess.run(argv, input=f"{i}\n", capture_output=True, text=True, check=True)
         if done.stdout.strip() != str(2 * i):
             raise SystemExit(f"bare {argv[0]} printed {done.stdout!r} for {i}")
-    return (time.perf_counter() - started) * 1000 / cases
+    elapsed, cpu = time.perf_counter() - started, cpu_s() - cpu
+    return elapsed * 1000 / cases, cpu * 1000 / cases
 
 
 @dataclass(frozen=True)
 class Marginal:
-    """One language's judged runs: the marginal ms per test and the medians it came from."""
+    """One language's judged runs: the marginal ms per test (wall and CPU) and the
+    wall medians they came from."""
 
     ms: float
     small_s: float
     large_s: float
+    cpu_ms: float
 
 
 async def marginal(
@@ -163,29 +183,41 @@ async def marginal(
 ) -> Marginal:
     small, large = make(args.small), make(args.large)
     await judged_s(executor, completion(language, code, small, args.small), args.small)  # warm-up
-    small_s: list[float] = []
-    large_s: list[float] = []
+    runs: dict[int, list[tuple[float, float]]] = {args.small: [], args.large: []}
     for r in range(args.rounds):
-        pair = [(small, args.small, small_s), (large, args.large, large_s)]
-        for suite, n, into in pair if r % 2 == 0 else reversed(pair):
-            into.append(await judged_s(executor, completion(language, code, suite, n), n))
-    low, high = statistics.median(small_s), statistics.median(large_s)
-    return Marginal((high - low) * 1000 / (args.large - args.small), low, high)
+        pair = [(small, args.small), (large, args.large)]
+        for suite, n in pair if r % 2 == 0 else reversed(pair):
+            runs[n].append(await judged_s(executor, completion(language, code, suite, n), n))
+
+    more: int = args.large - args.small
+
+    def per_test_ms(which: int) -> float:
+        low = statistics.median(run[which] for run in runs[args.small])
+        high = statistics.median(run[which] for run in runs[args.large])
+        return (high - low) * 1000 / more
+
+    low, high = (statistics.median(run[0] for run in runs[n]) for n in (args.small, args.large))
+    return Marginal(per_test_ms(0), low, high, per_test_ms(1))
 
 
-def row(language: str, m: Marginal, exec_ms: float | None) -> dict[str, object]:
-    """A result row; ``exec_ms`` None is the fn_name row, judged against FN_TARGET_MS."""
+def row(language: str, m: Marginal, bare: tuple[float, float] | None) -> dict[str, object]:
+    """A result row; ``bare`` (wall and CPU ms per bare run) None is the fn_name row,
+    judged against FN_TARGET_MS. The target is judged on wall time."""
     base: dict[str, object] = {
         "language": language,
         "marginal_ms": round(m.ms, 3),
         "small_s": round(m.small_s, 4),
         "large_s": round(m.large_s, 4),
+        "marginal_cpu_ms": round(m.cpu_ms, 3),
     }
-    if exec_ms is None:
-        return base | {"exec_ms": None, "ratio": None, "target": f"<= {FN_TARGET_MS} ms",
-                       "met": m.ms <= FN_TARGET_MS}  # fmt: skip
+    if bare is None:
+        return base | {"exec_ms": None, "ratio": None, "exec_cpu_ms": None, "cpu_ratio": None,
+                       "target": f"<= {FN_TARGET_MS} ms", "met": m.ms <= FN_TARGET_MS}  # fmt: skip
+    exec_ms, exec_cpu_ms = bare
     ratio, target = m.ms / exec_ms, TARGETS[language]
     return base | {"exec_ms": round(exec_ms, 3), "ratio": round(ratio, 3),
+                   "exec_cpu_ms": round(exec_cpu_ms, 3),
+                   "cpu_ratio": round(m.cpu_ms / exec_cpu_ms, 3),
                    "target": f"<= {target}x exec", "met": ratio <= target}  # fmt: skip
 
 
@@ -207,13 +239,17 @@ async def measure(
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
-    print(f"{'language':10} {'marginal ms':>12} {'exec ms':>9} {'ratio':>7}  target")
+    def shown(value: object, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    print(f"{'language':10} {'marginal ms':>12} {'exec ms':>9} {'ratio':>7}"
+          f" {'cpu ms':>8} {'exec cpu':>9} {'cpu ratio':>9}  target (on wall time)")  # fmt: skip
     for r in rows:
-        exec_ms = "-" if r["exec_ms"] is None else f"{r['exec_ms']:.3f}"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
         met = "met" if r["met"] else "MISSED"
-        print(f"{r['language']:10} {r['marginal_ms']:12.3f} {exec_ms:>9} {ratio:>7}  "
-              f"{r['target']} {met}")  # fmt: skip
+        print(f"{r['language']:10} {r['marginal_ms']:12.3f} {shown(r['exec_ms'], 3):>9}"
+              f" {shown(r['ratio'], 2):>7} {r['marginal_cpu_ms']:8.3f}"
+              f" {shown(r['exec_cpu_ms'], 3):>9} {shown(r['cpu_ratio'], 2):>9}"
+              f"  {r['target']} {met}")  # fmt: skip
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -229,7 +265,8 @@ async def main(args: argparse.Namespace) -> int:
             say(f"python: one suite of {args.huge} cases")
             suite = stdin_suite(args.huge)
             c = completion("python", PROGRAMS["python"].source, suite, args.huge)
-            huge = {"cases": args.huge, "seconds": round(await judged_s(executor, c, args.huge), 2)}
+            seconds, _ = await judged_s(executor, c, args.huge)
+            huge = {"cases": args.huge, "seconds": round(seconds, 2)}
     finally:
         await executor.aclose()
     print_table(rows)

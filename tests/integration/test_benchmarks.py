@@ -68,6 +68,16 @@ def test_bench_confine_quick() -> None:
 
 
 @pytest.mark.timeout(180)
+def test_bench_session_quick() -> None:
+    report = quick_run("bench_session.py", flags=("--tests", "30", "--bare", "20"))
+    session, bare = report["session_ms"], report["bare_ms"]
+    # Each test forks and execs the program in the jail: its cgroup was charged for it.
+    assert session["sandboxed"] > 0 and session["worker"] > 0, session
+    assert session["cpu"] == pytest.approx(session["worker"] + session["sandboxed"], abs=1e-3)
+    assert bare["cpu"] > 0 and set(report["ratio"]) == {"cpu", "machine", "wall"}
+
+
+@pytest.mark.timeout(180)
 def test_bench_tools_quick(kafka_bootstrap: str) -> None:
     report = quick_run("bench_tools.py", kafka_bootstrap)
     levels = report["kafka"]["levels"]
