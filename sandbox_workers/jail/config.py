@@ -123,6 +123,13 @@ class JailConfig:
     worker's own cgroup (cgroup v1: in each controller's hierarchy; v2: next to
     the worker's cgroup, because v2 forbids processes in inner nodes), unless
     ``cgroup_root`` names a delegated cgroup v2 directory to use directly.
+    Network (with ``loopback``): a new net namespace costs more than any other
+    layer (~1 ms of CPU to make and as much to take down), so consecutive
+    executions of a slot, or of a warm zygote, share a (loopback-only) one only
+    while they leave no trace in it: one that sent or received any packet, or
+    left a socket alive, makes the next execution start in a new namespace,
+    pristine as a cold run's. A program that keeps root never shares.
+    ``fresh_net`` makes it a new namespace for every execution, used or not.
     ``pool`` configures warm pools (:class:`~sandbox_workers.pool.PoolConfig`).
     """
 
@@ -142,6 +149,7 @@ class JailConfig:
     max_inodes: int = 16384
     max_open_files: int = 1024
     loopback: bool = True
+    fresh_net: bool = False
     hostname: str = "sandbox"
     path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     setup_timeout_s: float = 10.0

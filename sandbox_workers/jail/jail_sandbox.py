@@ -126,8 +126,9 @@ class JailSandbox:
             host.tree.close()
         tree = host.tree if use_cgroups else None
         max_idle = config.max_idle_slots if config.reuse_slots else 0
-        self._slots = SlotPool(str(host.binaries.launcher), tree, max_idle)
         self._options = LauncherOptions(config, self._active, cgroups=tree is not None)
+        share_net = self._on("namespaces") and config.loopback and not config.fresh_net
+        self._slots = SlotPool(str(host.binaries.launcher), tree, max_idle, share_net=share_net)
         if not self._on("mounts"):
             self._work_root = config.work_root or Path(tempfile.gettempdir()) / "rewardbus-work"
             self._work_root.mkdir(parents=True, exist_ok=True)

@@ -127,11 +127,15 @@ def _recv_with_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
 class Spawner:
     """A ``rbjail --spawner`` process, inside one slot's cgroups, forking supervisors."""
 
-    def __init__(self, launcher: str, procs_files: Sequence[Path]) -> None:
+    def __init__(
+        self, launcher: str, procs_files: Sequence[Path], *, share_net: bool = False
+    ) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [launcher, "--spawner", "--parent-pid", str(os.getpid())]
         for procs in procs_files:
             argv += ["--cgroup-procs", str(procs)]
+        if share_net:  # its jails share a net namespace while they leave no trace in it
+            argv.append("--share-net")
         devnull = _high_fd(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
         control = _high_fd(theirs.detach())
         try:

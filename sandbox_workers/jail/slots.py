@@ -30,8 +30,11 @@ class Slot:
 class SlotPool:
     """Slots for concurrent executions; a slot whose jail ended cleanly is reused."""
 
-    def __init__(self, launcher: str, tree: CgroupTree | None, max_idle: int) -> None:
+    def __init__(
+        self, launcher: str, tree: CgroupTree | None, max_idle: int, *, share_net: bool
+    ) -> None:
         self._launcher = launcher
+        self._share_net = share_net
         self._tree = tree
         self._max_idle = max_idle
         self._free: list[Slot] = []
@@ -40,7 +43,8 @@ class SlotPool:
     def _new(self) -> Slot:
         cgroup = self._tree.new_slot() if self._tree is not None else None
         try:
-            return Slot(Spawner(self._launcher, cgroup.procs_files if cgroup else ()), cgroup)
+            procs = cgroup.procs_files if cgroup else ()
+            return Slot(Spawner(self._launcher, procs, share_net=self._share_net), cgroup)
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()

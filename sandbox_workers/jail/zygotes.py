@@ -179,7 +179,7 @@ class ZygoteStarter:
             options += ["--ro", str(self._binaries.warm), _WARM_LIBRARY]
             env["LD_PRELOAD"] = _WARM_LIBRARY
             env["RBJAIL_WARM_TRIGGER"] = profile.trigger
-            env["RBJAIL_WARM"] = f"{int(pool.fresh_net)} {int(self._config.loopback)}"
+            env["RBJAIL_WARM"] = f"{int(self._config.fresh_net)} {int(self._config.loopback)}"
             if profile.on_read:
                 env["RBJAIL_WARM_ON_READ"] = "1"
             command = [profile.interpreter, *profile.options]
@@ -187,7 +187,7 @@ class ZygoteStarter:
             settings = json.dumps(
                 {
                     "preload": list(pool.preload),
-                    "fresh_net": pool.fresh_net,
+                    "fresh_net": self._config.fresh_net,
                     "loopback": self._config.loopback,
                 }
             )

@@ -1,14 +1,16 @@
 /* rbjail: run one untrusted program in a fresh jail.
  *
  *   rbjail [options] -- PROGRAM [ARG...]      one jail, then exit
- *   rbjail --spawner [--cgroup-procs F]...    resident: fork one jail per request
+ *   rbjail --spawner [--cgroup-procs F]... [--share-net]
+ *                                             resident: fork one jail per request
  *   rbjail --probe [--root DIR]               try each layer, print what works
  *   rbjail --session [options] -- PROGRAM     one jail, the program run once per request
  *
  * Three processes per jail, no helpers and no shell:
  *   supervisor  stays in the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it
  *               SIGKILLs the jail's init, which takes the whole pid namespace down.
- *   init        pid 1 of new pid/mount/net/ipc/uts namespaces: builds the root,
+ *   init        pid 1 of new pid/mount/net/ipc/uts namespaces (net: see the
+ *               spawner's --share-net): builds the root,
  *               hands the caller an fd of /work (SCM_RIGHTS on the status socket),
  *               optionally waits for "go", forks the program, enforces the CPU
  *               time limit (the whole jail's, read from the slot's cgroup counter
@@ -36,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,6 +74,8 @@ struct opts {
     int keep_root; /* the program stays root; the jail (passwd, /work) is still --uid's */
     int probe;
     int spawner;
+    int share_net; /* spawner: its jails share a net namespace while they leave no trace */
+    int shared_net; /* supervisor: in the spawner's namespace, lo up (set by the spawner) */
     int session;
     int cgroupns;
     int reset_oom;
@@ -149,6 +154,7 @@ static int parse_flag(struct opts *o, const char *a) {
         {"--wait-go", offsetof(struct opts, wait_go), 1},
         {"--keep-uid", offsetof(struct opts, drop_uid), 0},
         {"--keep-root", offsetof(struct opts, keep_root), 1},
+        {"--share-net", offsetof(struct opts, share_net), 1},
         {"--probe", offsetof(struct opts, probe), 1},
         {"--spawner", offsetof(struct opts, spawner), 1},
         {"--session", offsetof(struct opts, session), 1},
@@ -279,7 +285,7 @@ static int prepare_jail(const struct opts *o) {
         return -1;
     }
     if (o->ns && rbjail_set_hostname(o->hostname) < 0) return -1;
-    if (o->ns && o->loopback && rbjail_loopback_up() < 0) return -1;
+    if (o->ns && o->loopback && !o->shared_net && rbjail_loopback_up() < 0) return -1;
     return 0;
 }
 
@@ -641,7 +647,7 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
     sigemptyset(&sa.sa_mask);
     int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
     for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
-    if (o->ns && rbjail_unshare_namespaces() < 0) {
+    if (o->ns && rbjail_unshare_namespaces(!o->shared_net) < 0) {
         rbjail_send_error(o->status_fd, "namespaces");
         return JAIL_FAULT;
     }
@@ -671,12 +677,47 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
  * Request (SOCK_SEQPACKET, on --status-fd): the supervisor's options as
  * NUL-separated strings, with SCM_RIGHTS [stdin, stdout, stderr, status socket].
  * Reply: "spawned PID" with SCM_RIGHTS [pidfd], or "error REASON".
+ *
+ * --share-net: a new net namespace costs more CPU than any other layer (here
+ * ~1 ms to make, setup_net, and as much again in the kernel's workqueue to take
+ * down, cleanup_net). So the spawner keeps one, loopback up, and the slot's
+ * consecutive jails share it only while they leave no trace in it: after each
+ * jail (its supervisor has exited, so every process of it is dead) the spawner
+ * compares the namespace's traces (rbjail_net_traces: any packet, any socket
+ * still alive) with their value when it was new, and moves to a new namespace
+ * if they differ. A request that comes while the last jail still runs gets a
+ * new one too. A jail whose program keeps root (it could configure the
+ * namespace without a trace) or wants no loopback gets one of its own, as every
+ * jail does without --share-net. The warm pool's zygotes do the same for their
+ * executions (rbjail_zygote_serve).
  */
 
 #define SPAWN_FDS 4
 #define MAX_ARGS 2048
 
 static char g_request[1 << 18];
+
+static struct {
+    int on;         /* jails may share the spawner's net namespace */
+    int host_fd;    /* the namespace the spawner started in (jails without namespaces) */
+    int last_pidfd; /* the last jail's supervisor, until the namespace is checked after it */
+    unsigned long long clean; /* rbjail_net_traces() when the namespace was new */
+} g_net = {.host_fd = -1, .last_pidfd = -1};
+
+static void net_renew(void) {
+    if (unshare(CLONE_NEWNET) < 0 || rbjail_loopback_up() < 0) {
+        g_net.on = 0; /* each jail makes its own, which reports what fails */
+        return;
+    }
+    g_net.clean = rbjail_net_traces();
+}
+
+/* The last jail is over (its supervisor exited) or, when !over, still running. */
+static void net_after_jail(int over) {
+    close(g_net.last_pidfd);
+    g_net.last_pidfd = -1;
+    if (g_net.on && (!over || rbjail_net_traces() != g_net.clean)) net_renew();
+}
 
 static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
     ssize_t n = rbjail_recv_with_fds(fd, g_request, sizeof g_request - 1, fds, SPAWN_FDS, n_fds);
@@ -688,7 +729,6 @@ static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
 static void spawned_child(size_t len, const int fds[SPAWN_FDS], pid_t spawner) {
     signal(SIGCHLD, SIG_DFL); /* the supervisor waits for its init */
     for (int i = 0; i < SPAWN_FDS; i++) dup2(fds[i], i);
-    close_inherited_fds(3);
     static char *argv[MAX_ARGS + 2];
     int argc = 0;
     argv[argc++] = "rbjail";
@@ -697,6 +737,13 @@ static void spawned_child(size_t len, const int fds[SPAWN_FDS], pid_t spawner) {
     argv[argc] = NULL;
     struct opts o;
     parse_args(argc, argv, &o);
+    /* Only a program without privileges may share: it cannot change the namespace unseen. */
+    o.shared_net = g_net.on && o.ns && o.loopback && o.drop_uid && !o.keep_root;
+    if (g_net.on && !o.ns && setns(g_net.host_fd, CLONE_NEWNET) < 0) {
+        rbjail_send_error(o.status_fd, "namespaces");
+        _exit(JAIL_FAULT);
+    }
+    close_inherited_fds(3);
     _exit(run_supervisor(&o, spawner));
 }
 
@@ -716,7 +763,13 @@ static void spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
     char msg[64];
     snprintf(msg, sizeof msg, "spawned %d", (int)pid);
     rbjail_send_msg(control, msg, pidfd);
-    if (pidfd >= 0) close(pidfd);
+    if (g_net.on && pidfd >= 0) {
+        g_net.last_pidfd = pidfd; /* watched: the namespace is checked once it exits */
+    } else if (pidfd >= 0) {
+        close(pidfd);
+    } else if (g_net.on) {
+        net_renew(); /* cannot tell when it ends: the next jail gets a new namespace */
+    }
 }
 
 static int run_spawner(struct opts *o) {
@@ -731,7 +784,23 @@ static int run_spawner(struct opts *o) {
     for (size_t i = 0; i < o->n_cgroups; i++) close(o->cgroup_fds[i]);
     o->n_cgroups = 0;
     signal(SIGCHLD, SIG_IGN); /* supervisors are reaped by the kernel */
+    if (o->share_net) {
+        g_net.host_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        g_net.on = g_net.host_fd >= 0;
+        if (g_net.on) net_renew();
+    }
     for (;;) {
+        /* The namespace is checked (and renewed if used) as soon as the last
+         * jail is over, while the worker reads its result. */
+        struct pollfd ready[2] = {{.fd = o->status_fd, .events = POLLIN},
+                                  {.fd = g_net.last_pidfd, .events = POLLIN}};
+        if (poll(ready, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return JAIL_FAULT;
+        }
+        if (ready[1].revents) net_after_jail(1);
+        if (!ready[0].revents) continue;
+        if (g_net.last_pidfd >= 0) net_after_jail(0); /* never shared with a running jail */
         int fds[SPAWN_FDS], n_fds;
         ssize_t n = recv_request(o->status_fd, fds, &n_fds);
         if (n <= 0) return 0; /* the worker closed the slot (or died) */

@@ -81,11 +81,44 @@ static int write_all(int fd, const char *buf, size_t len) {
 
 /* ------------------------------------------------------------------ namespaces */
 
-int rbjail_unshare_namespaces(void) {
+int rbjail_unshare_namespaces(int new_net) {
     /* The pid namespace applies to children: the caller forks the jail's init next. */
-    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (new_net) flags |= CLONE_NEWNET;
     if (unshare(flags) < 0) return fail("unshare", NULL);
     return 0;
+}
+
+/* FNV-1a of what a net namespace shows of its use: its SNMP counters (every
+ * TCP/UDP/ICMP packet sent or received in it goes through IP) and how many
+ * sockets of any family are alive in it (sockstat's first line). A socket the
+ * last execution left alive without sending a packet counts: one kept in
+ * flight in a unix socket of its own outlives its processes until the kernel's
+ * garbage collector runs, holding its abstract name or its port. */
+static unsigned long long fnv_file(unsigned long long h, const char *path, int first_line) {
+    char buf[8192];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return h; /* no IPv6 */
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+        for (ssize_t k = 0; k < n; k++) {
+            h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
+            if (first_line && buf[k] == '\n') {
+                close(fd);
+                return h;
+            }
+        }
+    }
+    close(fd);
+    return h;
+}
+
+unsigned long long rbjail_net_traces(void) {
+    unsigned long long h = 1469598103934665603ULL;
+    h = fnv_file(h, "/proc/self/net/snmp", 0);
+    h = fnv_file(h, "/proc/self/net/snmp6", 0);
+    /* "sockets: used N" only: the rest of sockstat holds host-wide memory counts. */
+    return fnv_file(h, "/proc/self/net/sockstat", 1);
 }
 
 int rbjail_set_hostname(const char *name) {
@@ -1464,24 +1497,6 @@ static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS
     _exit(0);
 }
 
-/* FNV-1a of the net namespace's SNMP counters: any packet sent or received in
- * it changes them (every TCP/UDP/ICMP exchange goes through IP). */
-static unsigned long long net_traces(void) {
-    static const char *const files[] = {"/proc/self/net/snmp", "/proc/self/net/snmp6"};
-    unsigned long long h = 1469598103934665603ULL;
-    char buf[8192];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue; /* no IPv6 */
-        ssize_t n;
-        while ((n = read(fd, buf, sizeof buf)) > 0) {
-            for (ssize_t k = 0; k < n; k++) h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
-        }
-        close(fd);
-    }
-    return h;
-}
-
 /* Leave a used net namespace for a new one (the old one dies with its last user). */
 static int renew_net(const struct rbjail_zygote *z) {
     if (unshare(CLONE_NEWNET) < 0) return fail("unshare", "net");
@@ -1535,7 +1550,7 @@ int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
     }
     for (int sig = 1; sig < NSIG; sig++) (void)sigaction(sig, NULL, &interpreter_signals[sig]);
     signal(SIGCHLD, SIG_IGN); /* executions' pid 1s: reaped by the kernel, watched by pidfd */
-    unsigned long long clean_net = net_traces();
+    unsigned long long clean_net = rbjail_net_traces();
     for (;;) {
         int fds[SPAWN_FDS];
         int got = recv_spawn(z->control_fd, fds);
@@ -1546,13 +1561,13 @@ int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
         }
         /* The previous execution is over (one at a time): if it used the
          * network, what it left (TIME_WAIT sockets, counters) must not be seen. */
-        if (!z->fresh_net && net_traces() != clean_net) {
+        if (!z->fresh_net && rbjail_net_traces() != clean_net) {
             if (renew_net(z) < 0) {
                 close_fds(fds, SPAWN_FDS);
                 rbjail_send_error(z->control_fd, "namespaces");
                 continue;
             }
-            clean_net = net_traces();
+            clean_net = rbjail_net_traces();
         }
         if (rbjail_unshare_execution(z->fresh_net) < 0) {
             close_fds(fds, SPAWN_FDS);

@@ -62,10 +62,14 @@ struct rbjail_child {
 
 const char *rbjail_error(void);
 
-int rbjail_unshare_namespaces(void);
+/* Mount, pid, ipc and uts namespaces; net too when new_net (else the caller's). */
+int rbjail_unshare_namespaces(int new_net);
 int rbjail_build_root(const struct rbjail_fs *fs);
 int rbjail_set_hostname(const char *name);
 int rbjail_loopback_up(void);
+/* A hash of what the caller's net namespace shows of its use (packets, live
+ * sockets): unchanged since it was new means a later user can share it. */
+unsigned long long rbjail_net_traces(void);
 
 int rbjail_apply_cgroups(const int *fds, size_t n);
 int rbjail_apply_cgroupns(void);
@@ -185,8 +189,9 @@ int rbjail_close_from(int lowfd);
  * part), with *status_fd still open for setup errors.
  * Without fresh_net, executions share the zygote's net namespace only while
  * they leave no trace in it: before each fork the zygote compares the
- * namespace's SNMP counters with their value when it was new, and moves to a
- * fresh namespace if any packet was sent (sockets in TIME_WAIT, counters). */
+ * namespace's traces (rbjail_net_traces) with their value when it was new,
+ * and moves to a fresh namespace if any packet was sent (sockets in TIME_WAIT,
+ * counters) or a socket is still alive. */
 struct rbjail_zygote {
     int control_fd;
     const int *ns_fds; /* the zygote's own namespaces, re-entered after each fork */

@@ -47,10 +47,14 @@ later children inherit. Pid 1 does run in the zygote's memory, but what it holds
 (the request's head of limits, its result line) lives on its own stack, which
 is emptied after every execution (``test_pid_1_leaves_nothing_in_the_zygotes_memory``).
 Executions of a zygote share its loopback-only network namespace only
-while they leave no trace there: before each fork the zygote compares the
-namespace's SNMP counters with their pristine value and, if the previous
-execution sent any packet (it may have left TIME_WAIT sockets that would make a
-later ``bind`` fail, and counters), moves to a new namespace first.
+while they leave no trace there, as a slot's cold jails do: before each fork
+the zygote compares the namespace's SNMP counters and its count of live sockets
+with their pristine value and, if the previous execution sent any packet (it
+may have left TIME_WAIT sockets that would make a later ``bind`` fail, and
+counters) or left a socket alive (one kept in flight in a unix socket of its
+own outlives its processes until the kernel collects it, its abstract name
+bound, its port taken), moves to a new namespace first
+(``JailConfig.fresh_net``: always).
 
 What differs from a cold run, by design: preloaded modules are already in
 ``sys.modules`` (a work-dir file of the same name still shadows one, as on a

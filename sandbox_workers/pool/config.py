@@ -64,10 +64,7 @@ class PoolConfig:
     background (up to ``size``) and the request runs cold. A zygote is retired
     after ``max_uses`` executions, and replaced when it dies or misbehaves.
     Network: consecutive executions of a zygote share a (loopback-only) network
-    namespace only while they leave no trace in it; one that sent any packet
-    makes the zygote move to a new namespace before the next execution, which
-    sees a pristine one, as a cold run does. ``fresh_net`` makes that a new
-    namespace for every execution, used or not (~0.9 ms more each, measured).
+    namespace as a slot's cold jails do (``JailConfig.fresh_net``).
     ``preload`` are modules imported before forking.
     """
 
@@ -77,7 +74,6 @@ class PoolConfig:
     max_uses: int = 500
     interpreters: tuple[str, ...] = ()
     preload: tuple[str, ...] = DEFAULT_PRELOAD
-    fresh_net: bool = False
     start_timeout_s: float = 15.0
     retry_after_s: float = 30.0
     fork_at_open: bool = True

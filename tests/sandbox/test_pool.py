@@ -14,7 +14,6 @@ import ctypes
 import json
 import os
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,21 +24,8 @@ import pytest
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox, build
 from sandbox_workers.pool import PoolConfig, pooled_command, shadowed_modules
 from sandbox_workers.pool.zygote import _RequestHead
-from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult
-from tests.sandbox.jails import strict_sandbox
-
-PREFIX = Path(sys.base_prefix).resolve()
-PYTHON = str(PREFIX / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
-MOUNTS = (BindMount(PREFIX, str(PREFIX)),)
-# What the executor sends for Python (languages/python.py): a hash seed, -S, -B.
-ENV = {"PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8"}
-
-
-def py(
-    code: str, *args: str, options: tuple[str, ...] = ("-S", "-B"), **fields: Any
-) -> ExecRequest:
-    fields.setdefault("env", ENV)
-    return ExecRequest(argv=(PYTHON, *options, "-c", code, *args), extra_mounts=MOUNTS, **fields)
+from sandbox_workers.sandbox import ExecRequest, ExecResult
+from tests.sandbox.jails import ENV, PYTHON, py, strict_sandbox
 
 
 @pytest.fixture
@@ -307,59 +293,6 @@ async def test_each_execution_gets_its_own_limits(warm: JailSandbox) -> None:
     assert busy.timed_out_by == "cpu" and 300 <= busy.cpu_ms < 1000
     slow = await warm.execute(py("import time; time.sleep(5)", time_s=0.3, wall_s=0.6))
     assert slow.timed_out_by == "wall" and 600 <= slow.wall_ms < 2000
-
-
-TCP_PLANT = (
-    "import socket\n"
-    "s = socket.socket(); s.bind(('127.0.0.1', 47555)); s.listen()\n"
-    "c = socket.create_connection(('127.0.0.1', 47555)); a, _ = s.accept()\n"
-    "a.close(); c.recv(1); c.close(); s.close()\n"  # the accepted side closes first: TIME_WAIT
-    "print('planted')"
-)
-TCP_LOOK = (
-    "import os, socket\n"
-    "udp = [line for line in open('/proc/net/snmp') if line.startswith('Udp:')][1].split()\n"
-    "s = socket.socket()\n"
-    "try:\n"
-    "    s.bind(('127.0.0.1', 47555)); bound = 'bound'\n"
-    "except OSError as e:\n"
-    "    bound = e.errno\n"
-    "print(bound, udp[1], udp[4], os.readlink('/proc/self/ns/net'))"  # InDatagrams, OutDatagrams
-)
-
-
-@pytest.mark.sandbox
-@pytest.mark.parametrize("fresh_net", [False, True])
-async def test_network_traces_never_reach_the_next_execution(fresh_net: bool) -> None:
-    sandbox = strict_sandbox(PoolConfig(size=1, prewarm=1.0, fresh_net=fresh_net))
-    try:
-        udp = (
-            "import socket\n"
-            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
-        )
-        for plant in (TCP_PLANT, udp):
-            assert (await sandbox.execute(py(plant))).ok
-            looked = (await sandbox.execute(py(TCP_LOOK))).stdout.split()
-            # The port is free (no TIME_WAIT) and the counters are a new namespace's.
-            assert looked[:3] == [b"bound", b"0", b"0"], looked
-        assert sandbox.pool_stats is not None and sandbox.pool_stats.cold == 0
-    finally:
-        await sandbox.aclose()
-
-
-@pytest.mark.sandbox
-async def test_the_network_namespace_is_renewed_only_after_use() -> None:
-    sandbox = strict_sandbox(PoolConfig(size=1, prewarm=1.0))
-    try:
-        quiet = "import os; print(os.readlink('/proc/self/ns/net'))"
-        first = (await sandbox.execute(py(quiet))).stdout
-        assert (await sandbox.execute(py(quiet))).stdout == first  # nothing sent: kept
-        assert (await sandbox.execute(py(TCP_PLANT))).ok
-        assert (await sandbox.execute(py(quiet))).stdout != first
-        assert sandbox.pool_stats is not None
-        assert sandbox.pool_stats.served == 4 and sandbox.pool_stats.started == 1
-    finally:
-        await sandbox.aclose()
 
 
 # ---------------------------------------------------------------------- the pool itself

@@ -1,0 +1,150 @@
+"""A net namespace shared by consecutive executions must look new to each of them.
+
+A slot's cold jails, and a warm zygote's executions, share a (loopback-only) net
+namespace only while they leave no trace in it (JailConfig.fresh_net). These
+programs leave every kind of trace a program without privileges can (a TIME_WAIT
+socket, counters, sockets kept alive past their program) and the next execution
+looks for them, on both paths, sharing or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+
+from sandbox_workers.jail import JailSandbox
+from sandbox_workers.pool import PoolConfig
+from tests.sandbox.jails import py, strict_sandbox
+
+PATHS = {"warm": PoolConfig(size=1, prewarm=1.0), "cold": PoolConfig(enabled=False)}
+
+
+def sandbox_on(path: str, *, fresh_net: bool = False) -> JailSandbox:
+    return strict_sandbox(PATHS[path], fresh_net=fresh_net)
+
+
+def all_served_as(sandbox: JailSandbox, path: str) -> bool:
+    stats = sandbox.pool_stats
+    return stats is None if path == "cold" else stats is not None and stats.cold == 0
+
+
+TCP_PLANT = (
+    "import socket\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 47555)); s.listen()\n"
+    "c = socket.create_connection(('127.0.0.1', 47555)); a, _ = s.accept()\n"
+    "a.close(); c.recv(1); c.close(); s.close()\n"  # the accepted side closes first: TIME_WAIT
+    "print('planted')"
+)
+TCP_LOOK = (
+    "import os, socket\n"
+    "udp = [line for line in open('/proc/net/snmp') if line.startswith('Udp:')][1].split()\n"
+    "s = socket.socket()\n"
+    "try:\n"
+    "    s.bind(('127.0.0.1', 47555)); bound = 'bound'\n"
+    "except OSError as e:\n"
+    "    bound = e.errno\n"
+    "print(bound, udp[1], udp[4], os.readlink('/proc/self/ns/net'))"  # InDatagrams, OutDatagrams
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("fresh_net", [False, True])
+@pytest.mark.parametrize("path", PATHS)
+async def test_network_traces_never_reach_the_next_execution(path: str, fresh_net: bool) -> None:
+    sandbox = sandbox_on(path, fresh_net=fresh_net)
+    try:
+        udp = (
+            "import socket\n"
+            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
+        )
+        for plant in (TCP_PLANT, udp):
+            assert (await sandbox.execute(py(plant))).ok
+            looked = (await sandbox.execute(py(TCP_LOOK))).stdout.split()
+            # The port is free (no TIME_WAIT) and the counters are a new namespace's.
+            assert looked[:3] == [b"bound", b"0", b"0"], looked
+        assert all_served_as(sandbox, path)
+    finally:
+        await sandbox.aclose()
+
+
+# Sockets that outlive their program without sending a packet: kept in flight in
+# a unix socket of their own, they stay alive (their abstract names bound, their
+# port taken) until the kernel's unix garbage collector runs.
+SOCKET_PLANT = (
+    "import array, socket\n"
+    "s = socket.socket(socket.AF_UNIX); s.bind('\\0rb-planted'); s.listen()\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 47556))\n"
+    "a, b = socket.socketpair()\n"
+    "fds = array.array('i', [s.fileno(), u.fileno(), a.fileno(), b.fileno()])\n"
+    "b.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])\n"
+    "a.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds[2:])])\n"
+    "print(open('/proc/net/unix').read().count('rb-planted'))"
+)
+SOCKET_LOOK = (
+    "import socket\n"
+    "c = socket.socket(socket.AF_UNIX)\n"
+    "try:\n"
+    "    c.connect('\\0rb-planted'); seen = 'connected'\n"
+    "except OSError as e:\n"
+    "    seen = e.errno\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "try:\n"
+    "    u.bind(('127.0.0.1', 47556)); bound = 'bound'\n"
+    "except OSError as e:\n"
+    "    bound = e.errno\n"
+    "print(seen, bound, open('/proc/net/unix').read().count('rb-planted'))"
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("fresh_net", [False, True])
+@pytest.mark.parametrize("path", PATHS)
+async def test_sockets_an_execution_left_alive_never_reach_the_next(
+    path: str, fresh_net: bool
+) -> None:
+    sandbox = sandbox_on(path, fresh_net=fresh_net)
+    try:
+        for _ in range(2):
+            planted = await sandbox.execute(py(SOCKET_PLANT))
+            assert planted.ok and planted.stdout == b"1\n", planted
+            # At once, before the collector could run: no name, the port free.
+            looked = await sandbox.execute(py(SOCKET_LOOK))
+            assert looked.stdout == f"{errno.ECONNREFUSED} bound 0\n".encode(), looked
+        assert all_served_as(sandbox, path)
+    finally:
+        await sandbox.aclose()
+
+
+QUIET = "import os; print(os.readlink('/proc/self/ns/net'))"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("path", PATHS)
+async def test_the_network_namespace_is_renewed_only_after_use(path: str) -> None:
+    sandbox = sandbox_on(path)
+    try:
+        first = (await sandbox.execute(py(QUIET))).stdout
+        assert (await sandbox.execute(py(QUIET))).stdout == first  # nothing sent: kept
+        assert (await sandbox.execute(py(TCP_PLANT))).ok
+        assert (await sandbox.execute(py(QUIET))).stdout != first
+        assert all_served_as(sandbox, path)
+        if path == "warm":
+            assert sandbox.pool_stats is not None
+            assert sandbox.pool_stats.served == 4 and sandbox.pool_stats.started == 1
+    finally:
+        await sandbox.aclose()
+
+
+@pytest.mark.sandbox
+async def test_concurrent_cold_jails_never_share_a_network_namespace() -> None:
+    sandbox = sandbox_on("cold")
+    looked = "import os, time; print(os.readlink('/proc/self/ns/net')); time.sleep(0.3)"
+    try:
+        for _ in range(3):
+            results = await asyncio.gather(*(sandbox.execute(py(looked)) for _ in range(3)))
+            assert all(result.ok for result in results), results
+            assert len({result.stdout for result in results}) == 3, results
+    finally:
+        await sandbox.aclose()
