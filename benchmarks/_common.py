@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -269,6 +270,12 @@ def process_cpu_s(pid: int) -> float:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def own_and_children_cpu_s() -> float:
+    """CPU seconds of this process and of its children it has reaped."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
 def machine_busy_s() -> float:

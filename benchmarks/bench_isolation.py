@@ -8,8 +8,11 @@ a resident one, the same two when executions arrive 100 ms apart (a cgroup join
 after idle time waits for an RCU grace period), and the full jail's throughput
 at a concurrency of 2 against bare subprocesses at 2. Each configuration runs
 in a block, twice (forward and reverse order, so linear load drift cancels);
-medians per block, averaged over the two passes. Prints a table, then one JSON
-object on the last line.
+medians per block, averaged over the two passes. Each block's machine CPU per
+execution (every process and kernel thread, from /proc/stat: what a jail costs
+beyond its own processes, such as a net namespace's teardown in the kernel's
+workqueue, counts) is printed beside /bin/true's wall time, with what it costs
+over the baseline's. Prints a table, then one JSON object on the last line.
 
     python benchmarks/bench_isolation.py [--runs 100] [--python-runs 30] [--seconds 3]
 """
@@ -28,6 +31,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
+
+from _common import machine_busy_s
 
 from sandbox_workers.jail import JailConfig, JailSandbox
 from sandbox_workers.pool import PoolConfig
@@ -72,8 +79,10 @@ def bare_runner() -> Runner:
     return run
 
 
-async def blocks(runners: dict[str, Runner], request: ExecRequest, runs: int) -> dict[str, float]:
-    """Median ms per execution of each runner, measured in blocks.
+async def blocks(
+    runners: dict[str, Runner], request: ExecRequest, runs: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median ms per execution of each runner, and machine CPU ms per execution, in blocks.
 
     Blocks, not round-robin: each run then pays the asynchronous teardown of its
     predecessor (e.g. network namespace cleanup) as it would in service, not the
@@ -81,16 +90,20 @@ async def blocks(runners: dict[str, Runner], request: ExecRequest, runs: int) ->
     averaged: linear load drift on a shared machine cancels out.
     """
     passes: dict[str, list[float]] = {name: [] for name in runners}
+    cpu: dict[str, list[float]] = {name: [] for name in runners}
     for order in (list(runners), list(reversed(runners))):
         for name in order:
             run = runners[name]
             samples = []
+            busy = machine_busy_s()
             for _ in range(runs):
                 start = time.perf_counter()
                 await run(request)
                 samples.append((time.perf_counter() - start) * 1000)
+            cpu[name].append((machine_busy_s() - busy) * 1000 / runs)
             passes[name].append(median_ms(samples))
-    return {name: statistics.fmean(values) for name, values in passes.items()}
+    mean = statistics.fmean
+    return {n: mean(v) for n, v in passes.items()}, {n: mean(v) for n, v in cpu.items()}
 
 
 async def sparse_ms(config: JailConfig, runs: int, gap_s: float) -> float:
@@ -160,26 +173,33 @@ async def main() -> None:
     try:
         for sandbox in sandboxes:  # warm: page cache, cgroup slots
             await sandbox.execute(PY_PASS)
-        true_ms = await blocks(runners, TRUE, args.runs)
-        python_ms = await blocks(runners, PY_PASS, args.python_runs)
+        true_ms, true_cpu = await blocks(runners, TRUE, args.runs)
+        python_ms, _ = await blocks(runners, PY_PASS, args.python_runs)
     finally:
         for sandbox in sandboxes:
             await sandbox.aclose()
 
     base = ("subprocess.run (baseline)",) * 2
-    print(f"{'configuration':32} {'true ms':>8} {'ratio':>8} {'python ms':>9} {'ratio':>8}")
+    print(
+        f"{'configuration':32} {'true ms':>8} {'ratio':>8} {'cpu ms':>7} {'over':>6}"
+        f" {'python ms':>9} {'ratio':>8}"
+    )
     steps: dict[str, object] = {}
     for name in runners:
         t_ratio = true_ms[name] / true_ms[base[0]]
         p_ratio = python_ms[name] / python_ms[base[1]]
+        over = true_cpu[name] - true_cpu[base[0]]
         print(
-            f"{name:32} {true_ms[name]:8.2f} {t_ratio:7.2f}x {python_ms[name]:9.2f} {p_ratio:7.2f}x"
+            f"{name:32} {true_ms[name]:8.2f} {t_ratio:7.2f}x {true_cpu[name]:7.2f} {over:+6.2f}"
+            f" {python_ms[name]:9.2f} {p_ratio:7.2f}x"
         )
         steps[name] = {
             "true_ms": round(true_ms[name], 3),
             "python_ms": round(python_ms[name], 3),
             "true_ratio": round(t_ratio, 3),
             "python_ratio": round(p_ratio, 3),
+            "true_cpu_ms": round(true_cpu[name], 3),
+            "true_cpu_over_baseline_ms": round(over, 3),
         }
     reused = await sparse_ms(JailConfig(pool=COLD), 30, 0.1)
     fresh = await sparse_ms(JailConfig(reuse_slots=False, pool=COLD), 30, 0.1)

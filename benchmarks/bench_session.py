@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
 
-from _common import emit_json, machine_busy_s, quiet_logs, sandbox_cpu_s, say
+from _common import (
+    emit_json,
+    machine_busy_s,
+    own_and_children_cpu_s,
+    quiet_logs,
+    sandbox_cpu_s,
+    say,
+)
 
 from sandbox_workers import ExecRequest
 from sandbox_workers.jail import JailConfig, JailSandbox
@@ -99,17 +105,13 @@ async def session_ms(binary: bytes, tests: int) -> dict[str, float]:
 
 
 def bare_ms(argv: list[str], runs: int) -> dict[str, float]:
-    def cpu_s() -> float:
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return time.process_time() + kids.ru_utime + kids.ru_stime
-
-    cpu, busy, started = cpu_s(), machine_busy_s(), time.perf_counter()
+    cpu, busy, started = own_and_children_cpu_s(), machine_busy_s(), time.perf_counter()
     for n in range(runs):
         done = subprocess.run(argv, input=b"%d\n" % n, capture_output=True, check=True)
         if done.stdout != b"%d\n" % (2 * n):
             raise SystemExit(f"bare run printed {done.stdout!r} for {n}")
     return {
-        "cpu": round((cpu_s() - cpu) * 1000 / runs, 4),
+        "cpu": round((own_and_children_cpu_s() - cpu) * 1000 / runs, 4),
         "machine": round((machine_busy_s() - busy) * 1000 / runs, 4),
         "wall": round((time.perf_counter() - started) * 1000 / runs, 4),
     }

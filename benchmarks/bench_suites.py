@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
 
-from _common import emit_json, quiet_logs, sandbox_cpu_s, say
+from _common import emit_json, own_and_children_cpu_s, quiet_logs, sandbox_cpu_s, say
 
 from rewardbus.wiring import SandboxOptions, build_executor
 from sandbox_workers.executor import Executor
@@ -149,17 +148,12 @@ async def judged_s(executor: Executor, c: Completion, cases: int) -> tuple[float
 
 def bare_per_test_ms(argv: list[str], cases: int) -> tuple[float, float]:
     """Wall and CPU ms per bare run (this process's and its reaped children's CPU)."""
-
-    def cpu_s() -> float:
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return time.process_time() + kids.ru_utime + kids.ru_stime
-
-    cpu, started = cpu_s(), time.perf_counter()
+    cpu, started = own_and_children_cpu_s(), time.perf_counter()
     for i in range(cases):
         done = subprocess.run(argv, input=f"{i}\n", capture_output=True, text=True, check=True)
         if done.stdout.strip() != str(2 * i):
             raise SystemExit(f"bare {argv[0]} printed {done.stdout!r} for {i}")
-    elapsed, cpu = time.perf_counter() - started, cpu_s() - cpu
+    elapsed, cpu = time.perf_counter() - started, own_and_children_cpu_s() - cpu
     return elapsed * 1000 / cases, cpu * 1000 / cases
 
 
