@@ -350,9 +350,12 @@ static int run_init(const struct opts *o) {
  * replaced by a new one before the next (session_reset: one left untouched is
  * kept, which is most runs' case); the program has an IPC namespace of its own;
  * every process of the previous run is dead (init is pid 1 of the jail's pid
- * namespace: rbjail_supervise ends with kill(-1)). What is shared is what no
- * program can change: the read-only root, the network namespace (loopback only,
- * no capabilities to configure it), the hostname. */
+ * namespace: rbjail_supervise ends with kill(-1)); a run that left a trace in
+ * the network namespace (a packet sent, so TIME_WAIT ports and counters any
+ * program can read; a socket still alive, whose abstract name /proc/net/unix
+ * lists) makes init move to a new one, loopback up. What is shared is what no
+ * program can change: the read-only root, an unused network namespace
+ * (loopback only, no capabilities to configure it), the hostname. */
 
 static int session_fail(const struct opts *o, const char *what, const char *path) {
     char msg[512];
@@ -410,6 +413,7 @@ struct session {
     int lower_fd;
     int upper_fd;
     struct dir_state upper, scratch[2];
+    unsigned long long net; /* rbjail_net_traces() of the namespace the next run gets */
 };
 
 static const char *const session_scratch[2] = {"/tmp", "/dev/shm"};
@@ -468,6 +472,7 @@ static int session_start(const struct opts *o, struct session *s) {
         if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
         if (session_scratch_fs(o, s, i) < 0) return -1;
     }
+    s->net = rbjail_net_traces();
     return session_work(o, s);
 }
 
@@ -486,6 +491,12 @@ static int session_reset(const struct opts *o, struct session *s) {
         if (untouched(AT_FDCWD, session_scratch[i], &s->scratch[i])) continue;
         if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
         if (session_scratch_fs(o, s, i) < 0) return -1;
+    }
+    /* Init holds its capabilities: it can leave a used net namespace for a new one. */
+    if (rbjail_net_traces() != s->net) {
+        if (unshare(CLONE_NEWNET) < 0 || (o->loopback && rbjail_loopback_up() < 0))
+            return session_fail(o, "unshare", "net");
+        s->net = rbjail_net_traces();
     }
     return 0;
 }

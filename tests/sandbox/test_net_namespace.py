@@ -37,6 +37,9 @@ TCP_PLANT = (
     "a.close(); c.recv(1); c.close(); s.close()\n"  # the accepted side closes first: TIME_WAIT
     "print('planted')"
 )
+UDP_PLANT = (
+    "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
+)
 TCP_LOOK = (
     "import os, socket\n"
     "udp = [line for line in open('/proc/net/snmp') if line.startswith('Udp:')][1].split()\n"
@@ -55,11 +58,7 @@ TCP_LOOK = (
 async def test_network_traces_never_reach_the_next_execution(path: str, fresh_net: bool) -> None:
     sandbox = sandbox_on(path, fresh_net=fresh_net)
     try:
-        udp = (
-            "import socket\n"
-            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
-        )
-        for plant in (TCP_PLANT, udp):
+        for plant in (TCP_PLANT, UDP_PLANT):
             assert (await sandbox.execute(py(plant))).ok
             looked = (await sandbox.execute(py(TCP_LOOK))).stdout.split()
             # The port is free (no TIME_WAIT) and the counters are a new namespace's.
@@ -146,5 +145,49 @@ async def test_concurrent_cold_jails_never_share_a_network_namespace() -> None:
             results = await asyncio.gather(*(sandbox.execute(py(looked)) for _ in range(3)))
             assert all(result.ok for result in results), results
             assert len({result.stdout for result in results}) == 3, results
+    finally:
+        await sandbox.aclose()
+
+
+# A session's runs: each one's stdin picks a plant, or the look.
+SESSION_PROGRAM = (
+    "import sys\n"
+    "what = sys.stdin.read().strip()\n"
+    "if what == 'look':\n"
+    "    exec(LOOK_TCP + '\\n' + LOOK_SOCKETS)\n"
+    "elif what:\n"
+    "    exec(PLANTS[what])\n"
+)
+
+
+@pytest.mark.sandbox
+async def test_a_sessions_runs_never_see_what_the_run_before_left_in_the_network() -> None:
+    sandbox = sandbox_on("cold")
+    plants = {"tcp": TCP_PLANT, "udp": UDP_PLANT, "sockets": SOCKET_PLANT}
+    source = (
+        f"PLANTS = {plants!r}\nLOOK_TCP = {TCP_LOOK!r}\nLOOK_SOCKETS = {SOCKET_LOOK!r}\n"
+        + SESSION_PROGRAM
+    )
+    try:
+        session = sandbox.session(py(source))
+        assert session is not None
+        try:
+
+            async def run(stdin: str) -> bytes:
+                result = await session.run(py(source, stdin=stdin.encode()))
+                assert result.ok, result
+                return result.stdout
+
+            pristine = f"{errno.ECONNREFUSED} bound 0\n".encode()
+            first = (await run("look")).split(b"\n", 1)
+            assert first[0].split()[:3] == [b"bound", b"0", b"0"] and first[1] == pristine
+            assert await run("look") == b"\n".join(first)  # nothing sent: the same namespace
+            for plant in plants:
+                await run(plant)
+                looked = (await run("look")).split(b"\n", 1)
+                assert looked[0].split()[:3] == [b"bound", b"0", b"0"], (plant, looked)
+                assert looked[1] == pristine, (plant, looked)
+        finally:
+            await session.aclose()
     finally:
         await sandbox.aclose()
