@@ -661,6 +661,16 @@ static const struct prog *the_filter(void) {
     return filter_built > 0 ? &built_filter : NULL;
 }
 
+/* the_filter(), or NULL with rbjail_error() saying why. */
+static const struct prog *loadable_filter(void) {
+    const struct prog *p = the_filter();
+    if (p == NULL) {
+        errno = E2BIG;
+        fail("seccomp filter", "does not fit BPF's jumps");
+    }
+    return p;
+}
+
 size_t rbjail_seccomp_filter(void *out, size_t max) {
     const struct prog *p = the_filter();
     if (p == NULL || p->n > max) return 0;
@@ -687,11 +697,8 @@ int rbjail_apply_seccomp(void) {
     errno = ENOSYS;
     return fail("seccomp filter is written for x86_64", NULL);
 #else
-    const struct prog *p = the_filter();
-    if (p == NULL) {
-        errno = E2BIG;
-        return fail("seccomp filter", "does not fit BPF's jumps");
-    }
+    const struct prog *p = loadable_filter();
+    if (p == NULL) return -1;
     struct sock_fprog fprog = {.len = (unsigned short)p->n, .filter = (struct sock_filter *)p->f};
     /* TSYNC: a warm interpreter may have threads; all of them get the filter. */
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) != 0)
@@ -752,11 +759,7 @@ int rbjail_reset_signals(void) {
 
 int rbjail_prepare_children(void) {
     note_signals();
-    if (the_filter() == NULL) {
-        errno = E2BIG;
-        return fail("seccomp filter", "does not fit BPF's jumps");
-    }
-    return 0;
+    return loadable_filter() == NULL ? -1 : 0;
 }
 
 int rbjail_confine(const struct rbjail_child *c) {
