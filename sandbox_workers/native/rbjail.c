@@ -413,7 +413,8 @@ struct session {
     int lower_fd;
     int upper_fd;
     struct dir_state upper, scratch[2];
-    unsigned long long net; /* rbjail_net_traces() of the namespace the next run gets */
+    struct rbjail_net_files net_files; /* of the namespace the next run gets */
+    unsigned long long net;            /* their traces when it was new */
 };
 
 static const char *const session_scratch[2] = {"/tmp", "/dev/shm"};
@@ -472,7 +473,8 @@ static int session_start(const struct opts *o, struct session *s) {
         if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
         if (session_scratch_fs(o, s, i) < 0) return -1;
     }
-    s->net = rbjail_net_traces();
+    rbjail_net_files_open(&s->net_files);
+    s->net = rbjail_net_traces_of(&s->net_files);
     return session_work(o, s);
 }
 
@@ -493,10 +495,12 @@ static int session_reset(const struct opts *o, struct session *s) {
         if (session_scratch_fs(o, s, i) < 0) return -1;
     }
     /* Init holds its capabilities: it can leave a used net namespace for a new one. */
-    if (rbjail_net_traces() != s->net) {
+    if (rbjail_net_traces_of(&s->net_files) != s->net) {
         if (unshare(CLONE_NEWNET) < 0 || (o->loopback && rbjail_loopback_up() < 0))
             return session_fail(o, "unshare", "net");
-        s->net = rbjail_net_traces();
+        rbjail_net_files_close(&s->net_files);
+        rbjail_net_files_open(&s->net_files);
+        s->net = rbjail_net_traces_of(&s->net_files);
     }
     return 0;
 }

@@ -95,30 +95,44 @@ int rbjail_unshare_namespaces(int new_net) {
  * last execution left alive without sending a packet counts: one kept in
  * flight in a unix socket of its own outlives its processes until the kernel's
  * garbage collector runs, holding its abstract name or its port. */
-static unsigned long long fnv_file(unsigned long long h, const char *path, int first_line) {
+static const char *const net_files[RBJAIL_NET_FILES] = {
+    "/proc/self/net/snmp", "/proc/self/net/snmp6", "/proc/self/net/sockstat"};
+
+void rbjail_net_files_open(struct rbjail_net_files *f) {
+    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) f->fd[i] = open(net_files[i], O_RDONLY | O_CLOEXEC);
+}
+
+void rbjail_net_files_close(struct rbjail_net_files *f) {
+    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) {
+        if (f->fd[i] >= 0) close(f->fd[i]);
+        f->fd[i] = -1;
+    }
+}
+
+unsigned long long rbjail_net_traces_of(const struct rbjail_net_files *f) {
+    unsigned long long h = 1469598103934665603ULL;
     char buf[8192];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return h; /* no IPv6 */
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) {
-        for (ssize_t k = 0; k < n; k++) {
-            h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
-            if (first_line && buf[k] == '\n') {
-                close(fd);
-                return h;
-            }
+    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) {
+        if (f->fd[i] < 0) continue; /* no IPv6 */
+        /* sockstat: "sockets: used N" only, the rest holds host-wide memory counts. */
+        int first_line = i == RBJAIL_NET_FILES - 1;
+        ssize_t n;
+        for (off_t at = 0; (n = pread(f->fd[i], buf, sizeof buf, at)) > 0; at += n) {
+            ssize_t k = 0;
+            for (; k < n && !(first_line && buf[k] == '\n'); k++)
+                h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
+            if (k < n) break;
         }
     }
-    close(fd);
     return h;
 }
 
 unsigned long long rbjail_net_traces(void) {
-    unsigned long long h = 1469598103934665603ULL;
-    h = fnv_file(h, "/proc/self/net/snmp", 0);
-    h = fnv_file(h, "/proc/self/net/snmp6", 0);
-    /* "sockets: used N" only: the rest of sockstat holds host-wide memory counts. */
-    return fnv_file(h, "/proc/self/net/sockstat", 1);
+    struct rbjail_net_files f;
+    rbjail_net_files_open(&f);
+    unsigned long long h = rbjail_net_traces_of(&f);
+    rbjail_net_files_close(&f);
+    return h;
 }
 
 int rbjail_set_hostname(const char *name) {
