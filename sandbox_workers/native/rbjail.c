@@ -413,8 +413,7 @@ struct session {
     int lower_fd;
     int upper_fd;
     struct dir_state upper, scratch[2];
-    struct rbjail_net_files net_files; /* of the namespace the next run gets */
-    unsigned long long net;            /* their traces when it was new */
+    struct rbjail_net_watch net; /* the namespace the next run gets */
 };
 
 static const char *const session_scratch[2] = {"/tmp", "/dev/shm"};
@@ -473,8 +472,7 @@ static int session_start(const struct opts *o, struct session *s) {
         if (umount2(session_scratch[i], MNT_DETACH) < 0) return session_fail(o, "umount", session_scratch[i]);
         if (session_scratch_fs(o, s, i) < 0) return -1;
     }
-    rbjail_net_files_open(&s->net_files);
-    s->net = rbjail_net_traces_of(&s->net_files);
+    rbjail_net_watch(&s->net);
     return session_work(o, s);
 }
 
@@ -495,13 +493,8 @@ static int session_reset(const struct opts *o, struct session *s) {
         if (session_scratch_fs(o, s, i) < 0) return -1;
     }
     /* Init holds its capabilities: it can leave a used net namespace for a new one. */
-    if (rbjail_net_traces_of(&s->net_files) != s->net) {
-        if (unshare(CLONE_NEWNET) < 0 || (o->loopback && rbjail_loopback_up() < 0))
-            return session_fail(o, "unshare", "net");
-        rbjail_net_files_close(&s->net_files);
-        rbjail_net_files_open(&s->net_files);
-        s->net = rbjail_net_traces_of(&s->net_files);
-    }
+    if (rbjail_net_used(&s->net) && rbjail_net_renew(&s->net, o->loopback) < 0)
+        return session_fail(o, "unshare", "net");
     return 0;
 }
 
@@ -555,7 +548,8 @@ static int session_run(const struct opts *o, struct session *s, const char *requ
 
 static int run_session(const struct opts *o) {
     /* The caller's files, as they were when the first run was asked for. */
-    struct session s = {.lower_fd = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC), .upper_fd = -1};
+    struct session s = {.lower_fd = open("/work", O_RDONLY | O_DIRECTORY | O_CLOEXEC), .upper_fd = -1,
+                         .net = RBJAIL_NET_WATCH_INIT};
     if (s.lower_fd < 0 || chdir("/") < 0) {
         session_fail(o, "open", "/work");
         return JAIL_FAULT;
@@ -698,7 +692,7 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
  * down, cleanup_net). So the spawner keeps one, loopback up, and the slot's
  * consecutive jails share it only while they leave no trace in it: after each
  * jail (its supervisor has exited, so every process of it is dead) the spawner
- * compares the namespace's traces (rbjail_net_traces: any packet, any socket
+ * compares the namespace's traces (rbjail_net_used: any packet, any socket
  * still alive) with their value when it was new, and moves to a new namespace
  * if they differ. A request that comes while the last jail still runs gets a
  * new one too. A jail whose program keeps root (it could configure the
@@ -716,22 +710,18 @@ static struct {
     int on;         /* jails may share the spawner's net namespace */
     int host_fd;    /* the namespace the spawner started in (jails without namespaces) */
     int last_pidfd; /* the last jail's supervisor, until the namespace is checked after it */
-    unsigned long long clean; /* rbjail_net_traces() when the namespace was new */
-} g_net = {.host_fd = -1, .last_pidfd = -1};
+    struct rbjail_net_watch watch; /* the namespace the next jail may share */
+} g_net = {.host_fd = -1, .last_pidfd = -1, .watch = RBJAIL_NET_WATCH_INIT};
 
 static void net_renew(void) {
-    if (unshare(CLONE_NEWNET) < 0 || rbjail_loopback_up() < 0) {
-        g_net.on = 0; /* each jail makes its own, which reports what fails */
-        return;
-    }
-    g_net.clean = rbjail_net_traces();
+    if (rbjail_net_renew(&g_net.watch, 1) < 0) g_net.on = 0; /* each jail makes its own, which reports what fails */
 }
 
 /* The last jail is over (its supervisor exited) or, when !over, still running. */
 static void net_after_jail(int over) {
     close(g_net.last_pidfd);
     g_net.last_pidfd = -1;
-    if (g_net.on && (!over || rbjail_net_traces() != g_net.clean)) net_renew();
+    if (g_net.on && (!over || rbjail_net_used(&g_net.watch))) net_renew();
 }
 
 static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {

@@ -98,26 +98,16 @@ int rbjail_unshare_namespaces(int new_net) {
 static const char *const net_files[RBJAIL_NET_FILES] = {
     "/proc/self/net/snmp", "/proc/self/net/snmp6", "/proc/self/net/sockstat"};
 
-void rbjail_net_files_open(struct rbjail_net_files *f) {
-    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) f->fd[i] = open(net_files[i], O_RDONLY | O_CLOEXEC);
-}
-
-void rbjail_net_files_close(struct rbjail_net_files *f) {
-    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) {
-        if (f->fd[i] >= 0) close(f->fd[i]);
-        f->fd[i] = -1;
-    }
-}
-
-unsigned long long rbjail_net_traces_of(const struct rbjail_net_files *f) {
+/* Hashes the files open in fd (-1: absent, no IPv6). */
+static unsigned long long net_traces_of(const int fd[RBJAIL_NET_FILES]) {
     unsigned long long h = 1469598103934665603ULL;
     char buf[8192];
     for (size_t i = 0; i < RBJAIL_NET_FILES; i++) {
-        if (f->fd[i] < 0) continue; /* no IPv6 */
+        if (fd[i] < 0) continue;
         /* sockstat: "sockets: used N" only, the rest holds host-wide memory counts. */
         int first_line = i == RBJAIL_NET_FILES - 1;
         ssize_t n;
-        for (off_t at = 0; (n = pread(f->fd[i], buf, sizeof buf, at)) > 0; at += n) {
+        for (off_t at = 0; (n = pread(fd[i], buf, sizeof buf, at)) > 0; at += n) {
             ssize_t k = 0;
             for (; k < n && !(first_line && buf[k] == '\n'); k++)
                 h = (h ^ (unsigned char)buf[k]) * 1099511628211ULL;
@@ -127,12 +117,40 @@ unsigned long long rbjail_net_traces_of(const struct rbjail_net_files *f) {
     return h;
 }
 
+static void net_files_open(int fd[RBJAIL_NET_FILES]) {
+    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) fd[i] = open(net_files[i], O_RDONLY | O_CLOEXEC);
+}
+
+static void net_files_close(int fd[RBJAIL_NET_FILES]) {
+    for (size_t i = 0; i < RBJAIL_NET_FILES; i++) {
+        if (fd[i] >= 0) close(fd[i]);
+        fd[i] = -1;
+    }
+}
+
 unsigned long long rbjail_net_traces(void) {
-    struct rbjail_net_files f;
-    rbjail_net_files_open(&f);
-    unsigned long long h = rbjail_net_traces_of(&f);
-    rbjail_net_files_close(&f);
+    int fd[RBJAIL_NET_FILES];
+    net_files_open(fd);
+    unsigned long long h = net_traces_of(fd);
+    net_files_close(fd);
     return h;
+}
+
+void rbjail_net_watch(struct rbjail_net_watch *w) {
+    net_files_close(w->fd);
+    net_files_open(w->fd);
+    w->clean = net_traces_of(w->fd);
+}
+
+int rbjail_net_used(const struct rbjail_net_watch *w) {
+    return net_traces_of(w->fd) != w->clean;
+}
+
+int rbjail_net_renew(struct rbjail_net_watch *w, int loopback) {
+    if (unshare(CLONE_NEWNET) < 0) return fail("unshare", "net");
+    if (loopback && rbjail_loopback_up() < 0) return -1;
+    if (w != NULL) rbjail_net_watch(w);
+    return 0;
 }
 
 int rbjail_set_hostname(const char *name) {
@@ -1514,13 +1532,6 @@ static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS
     _exit(0);
 }
 
-/* Leave a used net namespace for a new one (the old one dies with its last user). */
-static int renew_net(const struct rbjail_zygote *z) {
-    if (unshare(CLONE_NEWNET) < 0) return fail("unshare", "net");
-    if (z->loopback && rbjail_loopback_up() < 0) return -1;
-    return 0;
-}
-
 /* Pid 1 of an execution is cloned with CLONE_VM | CLONE_VFORK: it runs on a
  * stack of its own inside the zygote's memory while the zygote is suspended,
  * until it exits at the end of the execution. A forked pid 1 cost a second copy
@@ -1579,7 +1590,7 @@ int rbjail_zygote_serve(const struct rbjail_zygote *z, int *status_fd) {
         /* The previous execution is over (one at a time): if it used the
          * network, what it left (TIME_WAIT sockets, counters) must not be seen. */
         if (!z->fresh_net && rbjail_net_traces() != clean_net) {
-            if (renew_net(z) < 0) {
+            if (rbjail_net_renew(NULL, z->loopback) < 0) {
                 close_fds(fds, SPAWN_FDS);
                 rbjail_send_error(z->control_fd, "namespaces");
                 continue;

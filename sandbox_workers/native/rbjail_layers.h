@@ -70,15 +70,21 @@ int rbjail_loopback_up(void);
 /* A hash of what the caller's net namespace shows of its use (packets, live
  * sockets): unchanged since it was new means a later user can share it. */
 unsigned long long rbjail_net_traces(void);
-/* The same files kept open (on the namespace the caller was in when it opened
- * them): read again with pread, about half the cost of opening them each time. */
+/* The same, watched: the files kept open on the namespace the caller is in at
+ * rbjail_net_watch (read again with pread: about half the cost of opening them
+ * each time), with their hash then. Start from fd[] = -1. Never in a process
+ * whose executions run without an exec (a zygote): the fds would be theirs. */
 #define RBJAIL_NET_FILES 3
-struct rbjail_net_files {
+struct rbjail_net_watch {
     int fd[RBJAIL_NET_FILES];
+    unsigned long long clean;
 };
-void rbjail_net_files_open(struct rbjail_net_files *f);
-void rbjail_net_files_close(struct rbjail_net_files *f);
-unsigned long long rbjail_net_traces_of(const struct rbjail_net_files *f);
+#define RBJAIL_NET_WATCH_INIT {.fd = {-1, -1, -1}}
+void rbjail_net_watch(struct rbjail_net_watch *w);
+int rbjail_net_used(const struct rbjail_net_watch *w);
+/* Leave the caller's net namespace for a new one (the old one dies with its
+ * last user), loopback up if asked; w (may be NULL) then watches the new one. */
+int rbjail_net_renew(struct rbjail_net_watch *w, int loopback);
 
 int rbjail_apply_cgroups(const int *fds, size_t n);
 int rbjail_apply_cgroupns(void);
