@@ -4,7 +4,7 @@ Measures, with every isolation layer on (a strict JailSandbox, warm pool off):
 - the start time of a session (start_session until its server said hello),
 - the round trip of a trivial cell (``print(1)``) over many cells of one session,
 - PSS and RSS of idle live sessions: each session's processes (the slot's spawner,
-  the jail's supervisor and init, the interpreter), read from /proc/<pid>/smaps_rollup,
+  the jail's init, the interpreter), read from /proc/<pid>/smaps_rollup,
   and the memory charged to its cgroup.
 
     PYTHONPATH=. python benchmarks/_session_probe.py [--sessions 20] [--cells 200]
@@ -53,13 +53,13 @@ def parent(pid: int) -> int:
 
 
 def role(pid: int) -> str:
-    """Which process of the session: the spawner, supervisor and init are forks of one
+    """Which process of the session: the spawner and init are forks of one
     launcher (one command line), told apart by who their parent is."""
     chain = [pid]
     while len(chain) < 5 and chain[-1] not in (0, 1, os.getpid()):
         chain.append(parent(chain[-1]))
     depth = chain.index(os.getpid()) if os.getpid() in chain else -1
-    return {1: "spawner", 2: "supervisor", 3: "init", 4: "interpreter"}.get(depth, "child")
+    return {1: "spawner", 2: "init", 3: "interpreter"}.get(depth, "child")
 
 
 async def main(sessions: int, cells: int) -> dict[str, object]:

@@ -1,12 +1,13 @@
 """JailSandbox: the :class:`~sandbox_workers.sandbox.Sandbox` that really isolates.
 
 Per execution: a slot is taken from the pool (a long-lived ``rbjail --spawner``
-inside its own cgroups; limits are set), the spawner forks a supervisor that
-builds a fresh jail (namespaces, private root, tmpfs /work), the request's files
-are written through an fd of that /work, the slot's counters are reset, the
-program runs confined (rlimits, uid, seccomp) with a scrubbed environment, and
-after it ends every process of the jail is dead, the results are read and the
-slot is checked empty before it is reused.
+inside its own cgroups; limits are set), the spawner forks the jail's init
+(with the namespaces layer off, a supervisor above it), which builds a fresh
+jail (namespaces, private root, tmpfs /work), the request's files are written
+through an fd of that /work, the slot's counters are reset, the program runs
+confined (rlimits, uid, seccomp) with a scrubbed environment, and after it ends
+every process of the jail is dead, the results are read and the slot is checked
+empty before it is reused.
 
 Time limits: ``ExecRequest.time_s`` is CPU time of the whole jail (every
 process and thread), enforced by the jail's init on the slot's cgroup CPU
@@ -83,11 +84,14 @@ __all__ = ["JailSandbox"]
 
 _log = logging.getLogger(__name__)
 
-# Tasks of ours in a slot's cgroups besides the program's: spawner, supervisor, init.
-_OWN_TASKS = 3
-# A warm slot also holds the zygote and the execution's pid 1 (and a fork-at-open
-# zygote's first process, which waits for it: native/rbjail_warm.c).
-_POOL_OWN_TASKS = 5
+# Tasks of ours in a slot's cgroups besides the program's: spawner and the jail's
+# init (the spawner forks init straight into a new pid namespace), and without
+# the namespaces layer a supervisor above init.
+_OWN_TASKS = 2
+_SUPERVISOR_TASKS = 1
+# A warm slot (always namespaced) also holds the zygote and the execution's pid 1
+# (and a fork-at-open zygote's first process, which waits for it: native/rbjail_warm.c).
+_POOL_OWN_TASKS = 4
 # Memory the execution's pid 1 (a forked interpreter) and page tables take on
 # top of the zygote's own pages, which stay charged to the slot.
 _ZYGOTE_OVERHEAD_BYTES = 4 << 20
@@ -352,9 +356,11 @@ class JailSandbox:
         return exec_result(launch, launch.report, stats, monotonic_ms() - started, files)
 
     def _limits(
-        self, request: ExecRequest, own_tasks: int = _OWN_TASKS, extra_memory: int = 0
+        self, request: ExecRequest, own_tasks: int | None = None, extra_memory: int = 0
     ) -> CgroupLimits:
         # A disabled (or missing) controller is left alone, never half-applied.
+        if own_tasks is None:
+            own_tasks = _OWN_TASKS + (0 if self._on("namespaces") else _SUPERVISOR_TASKS)
         memory = (request.memory_mb << 20) + extra_memory
         return CgroupLimits(
             memory_bytes=memory if self._on("cgroup_memory") else None,

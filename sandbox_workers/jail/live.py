@@ -326,9 +326,8 @@ class JailLiveSession:
         return _tree_pss(self._launch.pid) if self._launch.pid is not None else 0
 
     def processes(self) -> frozenset[int]:
-        """Host pids of the session's processes: its slot's (spawner, supervisor,
-        the jail's init, the interpreter and its children), or without a cgroup
-        the supervisor's tree."""
+        """Host pids of the session's processes: its slot's (spawner, the jail's
+        init, the interpreter and its children), or without a cgroup init's tree."""
         if self._released:
             return frozenset()
         if self._cgroup is not None:
@@ -437,13 +436,24 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in listed.split()]
 
 
-def _program_pid(supervisor: int | None) -> int | None:
-    """The jail's program: the only child of its init, the supervisor's only child."""
-    pid = supervisor
-    for _ in range(2):
+def _program_pid(launched: int | None) -> int | None:
+    """The jail's program: the first process below ``launched`` (the jail's init,
+    or a supervisor above it) that is no longer the launcher, each the only child
+    of the one above."""
+    try:
+        launcher = os.readlink(f"/proc/{launched}/exe") if launched is not None else None
+    except OSError:
+        return None
+    pid = launched
+    for _ in range(3):
         children = _children(pid) if pid is not None else []
         pid = children[0] if len(children) == 1 else None
-    return pid
+        try:
+            if pid is None or os.readlink(f"/proc/{pid}/exe") != launcher:
+                return pid
+        except OSError:
+            return None
+    return None
 
 
 def _tree(pid: int) -> list[int]:

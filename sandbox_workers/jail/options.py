@@ -40,7 +40,7 @@ class LauncherOptions:
     def for_request(
         self, request: ExecRequest, hostdir: Path | None, cgroup: CgroupSlot | None
     ) -> list[str]:
-        """The supervisor's options for one request (the spawner adds nothing)."""
+        """The jail's options for one request (the spawner adds nothing)."""
         options = [*self.static, "--cpu-ms", str(cpu_ms(request))]
         options += ["--wall-ms", str(wall_ms(request))]
         options += ["--wall-cap-ms", str(wall_cap_ms(request))]

@@ -1,17 +1,18 @@
 """Launching jails, driven by the event loop: no threads, no timers polling.
 
 A :class:`Spawner` is a long-lived ``rbjail --spawner`` sitting in one cgroup
-slot. Per execution it forks a supervisor that is born inside the slot's
-cgroups (moving a process into a cgroup can cost a full RCU grace period, ~10
-ms on cgroup v1) and answers with a pidfd for it.
+slot. Per execution it forks the jail's init, born inside the slot's cgroups
+(moving a process into a cgroup can cost a full RCU grace period, ~10 ms on
+cgroup v1) as pid 1 of a new pid namespace (without the namespaces layer, a
+supervisor above init), and answers with a pidfd for it.
 
 A :class:`Launch` is one execution, started by any
-:class:`~sandbox_workers.pool.SupervisorSpawner` (a slot's :class:`Spawner`, or a
+:class:`~sandbox_workers.pool.JailSpawner` (a slot's :class:`Spawner`, or a
 warm zygote standing in for one) and watched through file descriptors the loop
-already multiplexes: the supervisor's pidfd (exit), the stdout/stderr pipes
-(read with a cap), the stdin pipe (written as the program reads) and a
-SOCK_SEQPACKET status socket over which the jail's init reports "ready" (with an
-fd of /work), "result ..." or "error ...".
+already multiplexes: the jail's pidfd (exit, of every process of it), the
+stdout/stderr pipes (read with a cap), the stdin pipe (written as the program
+reads) and a SOCK_SEQPACKET status socket over which the jail's init reports
+"ready" (with an fd of /work), "result ..." or "error ...".
 
 A session's launch (``rbjail --session``) runs its program once per
 :meth:`Launch.run`, each :class:`SessionRun` with stdio pipes of its own, passed
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_workers.pool.slot import SupervisorSpawner
+from sandbox_workers.pool.slot import JailSpawner
 from sandbox_workers.sandbox import SandboxFault
 
 __all__ = ["InteractiveLaunch", "JailReport", "Launch", "SessionRun", "Spawner", "monotonic_ms"]
@@ -48,8 +49,8 @@ _RESET_SIGNALS = (
     signal.SIGCHLD,
     signal.SIGUSR1,
 )
-# After a stop request the supervisor has this long to take its jail down before
-# it is SIGKILLed (its init then dies through PR_SET_PDEATHSIG).
+# After a stop request the jail's init (or supervisor) has this long to take the
+# jail down before it is SIGKILLed (the kernel then kills its pid namespace).
 _STOP_GRACE_S = 2.0
 # A session's run is given this long past its backstop's cap before the jail is stopped.
 _SESSION_GRACE_S = 1.0
@@ -125,7 +126,7 @@ def _recv_with_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
 
 
 class Spawner:
-    """A ``rbjail --spawner`` process, inside one slot's cgroups, forking supervisors."""
+    """A ``rbjail --spawner`` process, inside one slot's cgroups, forking jails."""
 
     def __init__(
         self, launcher: str, procs_files: Sequence[Path], *, share_net: bool = False
@@ -165,9 +166,11 @@ class Spawner:
         return not self._closed and not _readable(self._pidfd)
 
     async def spawn(self, options: Sequence[str], fds: Sequence[int]) -> int:
-        """Fork a supervisor with ``options`` and stdin/stdout/stderr/status ``fds``.
+        """Fork a jail with ``options`` and stdin/stdout/stderr/status ``fds``.
 
-        Returns a pidfd of the supervisor (not our child: the spawner reaps it).
+        Returns a pidfd of the jail's init, or of its supervisor without the
+        namespaces layer (not our child: the spawner reaps it). Readable once
+        every process of the jail is dead (init is pid 1 of its pid namespace).
         """
         payload = "\0".join(options).encode()
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
@@ -205,7 +208,7 @@ class Spawner:
         return got[0]
 
     def close(self) -> None:
-        """Stop and reap the spawner (supervisors it forked die with it)."""
+        """Stop and reap the spawner (the jails it forked die with it: PR_SET_PDEATHSIG)."""
         if self._closed:
             return
         self._closed = True
@@ -408,8 +411,8 @@ class Launch(_Captured):
     ) -> tuple[list[int], _Capture, _Capture, _Feeder | None]:
         return _stdio_pipes(self._loop, stdin, output_cap, lambda: self.stop("output"))
 
-    async def start(self, spawner: SupervisorSpawner, options: Sequence[str]) -> None:
-        """Have ``spawner`` fork this execution's supervisor."""
+    async def start(self, spawner: JailSpawner, options: Sequence[str]) -> None:
+        """Have ``spawner`` fork this execution's jail."""
         try:
             self._pidfd = await spawner.spawn(options, self._child_fds)
         finally:
@@ -529,7 +532,7 @@ class Launch(_Captured):
                 signal.pidfd_send_signal(self._pidfd, signum)
 
     def stop(self, reason: str) -> None:
-        """Take the jail down now: the supervisor SIGKILLs its pid namespace."""
+        """Take the jail down now: its init exits, and the kernel kills its pid namespace."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self._signal(signal.SIGTERM)
@@ -540,7 +543,7 @@ class Launch(_Captured):
         return len(done) == len(waits)
 
     async def finish(self, deadline_s: float) -> None:
-        """Wait until the supervisor exited and both pipes closed.
+        """Wait until the jail exited and both pipes closed.
 
         Past ``deadline_s`` (the jail enforces the time limits itself; this is
         in case its init does not) the jail is stopped. Raises SandboxFault if
@@ -571,7 +574,7 @@ class Launch(_Captured):
     # ------------------------------------------------------------------ cleanup
 
     def close(self) -> None:
-        """Release every fd; a supervisor still running is told to take its jail down."""
+        """Release every fd; a jail still running is told to stop."""
         for fd in self._child_fds:
             os.close(fd)
         self._child_fds = []
@@ -646,7 +649,8 @@ class InteractiveLaunch(Launch):
 
     @property
     def pid(self) -> int | None:
-        """The supervisor's host pid (None before it started or once it is reaped)."""
+        """The host pid of the jail's init, or of its supervisor (None before it
+        started or once it is reaped)."""
         if self._pidfd < 0:
             return None
         with contextlib.suppress(OSError, ValueError):

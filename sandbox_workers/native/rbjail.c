@@ -6,9 +6,12 @@
  *   rbjail --probe [--root DIR]               try each layer, print what works
  *   rbjail --session [options] -- PROGRAM     one jail, the program run once per request
  *
- * Three processes per jail, no helpers and no shell:
- *   supervisor  stays in the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it
- *               SIGKILLs the jail's init, which takes the whole pid namespace down.
+ * Two or three processes per jail, no helpers and no shell:
+ *   supervisor  (a one-shot jail, or a spawner's jail without namespaces) stays in
+ *               the host namespaces; on SIGTERM/SIGINT/SIGHUP/SIGUSR1 it SIGKILLs
+ *               the jail's init, which takes the whole pid namespace down. A
+ *               spawner forks a namespaced jail's init itself, which then exits
+ *               on those signals when they come from outside the jail.
  *   init        pid 1 of new pid/mount/net/ipc/uts namespaces (net: see the
  *               spawner's --share-net): builds the root,
  *               hands the caller an fd of /work (SCM_RIGHTS on the status socket),
@@ -40,6 +43,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,8 +107,14 @@ struct opts {
     char **argv;
 };
 
+/* Set while the spawner parses a request: a bad one is answered, the spawner lives on. */
+static jmp_buf *g_usage_return;
+static char g_usage_msg[256];
+
 static void usage_error(const char *what, const char *arg) {
-    fprintf(stderr, "rbjail: %s%s%s\n", what, arg ? ": " : "", arg ? arg : "");
+    snprintf(g_usage_msg, sizeof g_usage_msg, "rbjail: %s%s%s", what, arg ? ": " : "", arg ? arg : "");
+    if (g_usage_return != NULL) longjmp(*g_usage_return, 1);
+    fprintf(stderr, "%s\n", g_usage_msg);
     exit(JAIL_FAULT);
 }
 
@@ -654,9 +664,11 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
     if (open_cgroups(o) < 0) return JAIL_FAULT;
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
-    int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
-    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
-    if (o->ns && rbjail_unshare_namespaces(!o->shared_net) < 0) {
+    for (int i = 0; i < RBJAIL_N_STOPS; i++) sigaction(rbjail_stops[i], &sa, NULL);
+    sigset_t stops;
+    rbjail_stop_signals(&stops);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL); /* the spawner forks with them blocked */
+    if (o->ns && rbjail_unshare_namespaces(1, !o->shared_net) < 0) {
         rbjail_send_error(o->status_fd, "namespaces");
         return JAIL_FAULT;
     }
@@ -667,7 +679,7 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
     }
     if (init == 0) {
         struct sigaction dfl = {.sa_handler = SIG_DFL};
-        for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &dfl, NULL);
+        for (int i = 0; i < RBJAIL_N_STOPS; i++) sigaction(rbjail_stops[i], &dfl, NULL);
         _exit(run_init(o));
     }
     g_init_pid = init;
@@ -678,20 +690,32 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
 /* ------------------------------------------------------------------ spawner
  *
  * rbjail --spawner: a long-lived process that joins a cgroup slot once and then
- * forks one supervisor per request. Its children are born in the slot: moving a
+ * forks one jail per request. Its children are born in the slot: moving a
  * process into a cgroup takes cgroup_threadgroup_rwsem for writing, which after
  * a few idle milliseconds waits a full RCU grace period (measured ~10 ms on
  * cgroup v1). Forking also skips the launcher's execve.
  *
- * Request (SOCK_SEQPACKET, on --status-fd): the supervisor's options as
+ * A jail with namespaces has no supervisor: the spawner forks its init straight
+ * into a new pid namespace (unshare(CLONE_NEWPID), fork, then setns back to its
+ * own for the next fork), one process fewer per jail (~0.15 ms of CPU here).
+ * What the supervisor did, init does: the spawner's death kills it
+ * (PR_SET_PDEATHSIG, checked against a pidfd of the spawner for the race),
+ * and a stop signal from outside its pid namespace (SIGTERM, SIGINT, SIGHUP,
+ * SIGUSR1 from the worker, whose si_pid reads 0 there) makes it exit, which
+ * takes the whole pid namespace down. The same signals from inside are ignored,
+ * as pid 1 ignores every signal it has no handler for. A jail without
+ * namespaces keeps its supervisor (nothing else would kill its processes).
+ *
+ * Request (SOCK_SEQPACKET, on --status-fd): the jail's options as
  * NUL-separated strings, with SCM_RIGHTS [stdin, stdout, stderr, status socket].
- * Reply: "spawned PID" with SCM_RIGHTS [pidfd], or "error REASON".
+ * Reply: "spawned PID" with SCM_RIGHTS [pidfd] (of init, or of the
+ * supervisor), or "error REASON" (a malformed request among them).
  *
  * --share-net: a new net namespace costs more CPU than any other layer (here
  * ~1 ms to make, setup_net, and as much again in the kernel's workqueue to take
  * down, cleanup_net). So the spawner keeps one, loopback up, and the slot's
  * consecutive jails share it only while they leave no trace in it: after each
- * jail (its supervisor has exited, so every process of it is dead) the spawner
+ * jail (its init has exited, so every process of it is dead) the spawner
  * compares the namespace's traces (rbjail_net_used: any packet, any socket
  * still alive) with their value when it was new, and moves to a new namespace
  * if they differ. A request that comes while the last jail still runs gets a
@@ -709,7 +733,7 @@ static char g_request[1 << 18];
 static struct {
     int on;         /* jails may share the spawner's net namespace */
     int host_fd;    /* the namespace the spawner started in (jails without namespaces) */
-    int last_pidfd; /* the last jail's supervisor, until the namespace is checked after it */
+    int last_pidfd; /* the last jail (its init), until the namespace is checked after it */
     struct rbjail_net_watch watch; /* the namespace the next jail may share */
 } g_net = {.host_fd = -1, .last_pidfd = -1, .watch = RBJAIL_NET_WATCH_INIT};
 
@@ -717,12 +741,15 @@ static void net_renew(void) {
     if (rbjail_net_renew(&g_net.watch, 1) < 0) g_net.on = 0; /* each jail makes its own, which reports what fails */
 }
 
-/* The last jail is over (its supervisor exited) or, when !over, still running. */
+/* The last jail is over (its init exited) or, when !over, still running. */
 static void net_after_jail(int over) {
     close(g_net.last_pidfd);
     g_net.last_pidfd = -1;
     if (g_net.on && (!over || rbjail_net_used(&g_net.watch))) net_renew();
 }
+
+static int g_pid_ns_fd = -1;   /* the spawner's pid namespace: its children's again after each init */
+static int g_self_pidfd = -1;  /* the spawner: a spawned init checks it is still there */
 
 static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
     ssize_t n = rbjail_recv_with_fds(fd, g_request, sizeof g_request - 1, fds, SPAWN_FDS, n_fds);
@@ -730,38 +757,101 @@ static ssize_t recv_request(int fd, int fds[SPAWN_FDS], int *n_fds) {
     return n;
 }
 
-/* In the forked child: the request's fds become 0-3, its strings the options. */
-static void spawned_child(size_t len, const int fds[SPAWN_FDS], pid_t spawner) {
-    signal(SIGCHLD, SIG_DFL); /* the supervisor waits for its init */
-    for (int i = 0; i < SPAWN_FDS; i++) dup2(fds[i], i);
+/* The request's strings as options; 0, or -1 with g_usage_msg. */
+static int parse_request(size_t len, struct opts *o) {
     static char *argv[MAX_ARGS + 2];
     int argc = 0;
     argv[argc++] = "rbjail";
     for (size_t at = 0; at < len && argc <= MAX_ARGS; at += strlen(g_request + at) + 1)
         argv[argc++] = g_request + at;
     argv[argc] = NULL;
-    struct opts o;
-    parse_args(argc, argv, &o);
-    /* Only a program without privileges may share: it cannot change the namespace unseen. */
-    o.shared_net = g_net.on && o.ns && o.loopback && o.drop_uid && !o.keep_root;
-    if (g_net.on && !o.ns && setns(g_net.host_fd, CLONE_NEWNET) < 0) {
-        rbjail_send_error(o.status_fd, "namespaces");
-        _exit(JAIL_FAULT);
+    jmp_buf bad;
+    g_usage_return = &bad;
+    if (setjmp(bad) != 0) {
+        g_usage_return = NULL;
+        return -1;
     }
-    close_inherited_fds(3);
-    _exit(run_supervisor(&o, spawner));
+    parse_args(argc, argv, o);
+    g_usage_return = NULL;
+    /* Only a program without privileges may share: it cannot change the namespace unseen. */
+    o->shared_net = g_net.on && o->ns && o->loopback && o->drop_uid && !o->keep_root;
+    return 0;
 }
 
-static void spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
+/* In the forked child: the request's fds become 0-3, no other fd stays. */
+static void take_request_fds(const int fds[SPAWN_FDS]) {
+    signal(SIGCHLD, SIG_DFL); /* the child waits for its own */
+    for (int i = 0; i < SPAWN_FDS; i++) dup2(fds[i], i);
+    close_inherited_fds(3);
+}
+
+/* A jail without namespaces: its supervisor. */
+static void spawned_supervisor(struct opts *o, const int fds[SPAWN_FDS], pid_t spawner) {
+    if (g_net.on && !o->ns && setns(g_net.host_fd, CLONE_NEWNET) < 0) {
+        dup2(fds[3], 3);
+        rbjail_send_error(3, "namespaces");
+        _exit(JAIL_FAULT);
+    }
+    take_request_fds(fds);
+    _exit(run_supervisor(o, spawner));
+}
+
+/* A namespaced jail's init, pid 1 of the pid namespace the spawner made. */
+static void spawned_init(struct opts *o, const int fds[SPAWN_FDS]) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct pollfd spawner = {.fd = g_self_pidfd, .events = POLLIN};
+    if (poll(&spawner, 1, 0) != 0) _exit(JAIL_FAULT); /* it died before PR_SET_PDEATHSIG */
+    take_request_fds(fds);
+    rbjail_exit_on_stops();
+    sigset_t stops;
+    rbjail_stop_signals(&stops);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL); /* one sent since the fork is handled now */
+    if (open_cgroups(o) < 0) _exit(JAIL_FAULT); /* still in the host's mount namespace */
+    if (rbjail_unshare_namespaces(0, !o->shared_net) < 0) {
+        rbjail_send_error(o->status_fd, "namespaces");
+        _exit(JAIL_FAULT);
+    }
+    _exit(run_init(o));
+}
+
+static void reply_error(int control, const char *what, const char *why) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "error %s: %s", what, why);
+    rbjail_send_msg(control, msg, -1);
+}
+
+/* One request; -1 when the spawner cannot go on (its children's pid namespace is lost). */
+static int spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
+    static struct opts o;
+    int rc = 0;
+    if (parse_request(len, &o) < 0) {
+        for (int i = 0; i < SPAWN_FDS; i++) close(fds[i]);
+        reply_error(control, "request", g_usage_msg);
+        return 0;
+    }
+    int direct = o.ns && g_pid_ns_fd >= 0 && g_self_pidfd >= 0;
+    if (direct && unshare(CLONE_NEWPID) < 0) {
+        for (int i = 0; i < SPAWN_FDS; i++) close(fds[i]);
+        reply_error(control, "unshare pid namespace", strerror(errno));
+        return 0;
+    }
+    /* Blocked until the child handles them: a stop sent at once is not lost. */
+    sigset_t stops, was;
+    rbjail_stop_signals(&stops);
+    sigprocmask(SIG_BLOCK, &stops, &was);
     pid_t me = getpid();
     pid_t pid = fork();
-    if (pid == 0) spawned_child(len, fds, me);
+    int fork_errno = errno;
+    if (pid == 0) {
+        if (direct) spawned_init(&o, fds);
+        spawned_supervisor(&o, fds, me);
+    }
+    sigprocmask(SIG_SETMASK, &was, NULL);
+    if (direct && setns(g_pid_ns_fd, CLONE_NEWPID) < 0) rc = -1;
     for (int i = 0; i < SPAWN_FDS; i++) close(fds[i]);
     if (pid < 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "error fork: %s", strerror(errno));
-        rbjail_send_msg(control, msg, -1);
-        return;
+        reply_error(control, "fork", strerror(fork_errno));
+        return rc;
     }
     /* A pidfd lets the worker watch and signal a process that is not its child. */
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -775,6 +865,7 @@ static void spawn_one(int control, size_t len, const int fds[SPAWN_FDS]) {
     } else if (g_net.on) {
         net_renew(); /* cannot tell when it ends: the next jail gets a new namespace */
     }
+    return rc;
 }
 
 static int run_spawner(struct opts *o) {
@@ -788,7 +879,9 @@ static int run_spawner(struct opts *o) {
     }
     for (size_t i = 0; i < o->n_cgroups; i++) close(o->cgroup_fds[i]);
     o->n_cgroups = 0;
-    signal(SIGCHLD, SIG_IGN); /* supervisors are reaped by the kernel */
+    signal(SIGCHLD, SIG_IGN); /* jails are reaped by the kernel */
+    g_pid_ns_fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    g_self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     if (o->share_net) {
         g_net.host_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         g_net.on = g_net.host_fd >= 0;
@@ -814,7 +907,7 @@ static int run_spawner(struct opts *o) {
             rbjail_send_msg(o->status_fd, "error spawn request without its 4 fds", -1);
             continue;
         }
-        spawn_one(o->status_fd, (size_t)n, fds);
+        if (spawn_one(o->status_fd, (size_t)n, fds) < 0) return JAIL_FAULT;
     }
 }
 

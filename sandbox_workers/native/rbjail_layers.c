@@ -81,9 +81,10 @@ static int write_all(int fd, const char *buf, size_t len) {
 
 /* ------------------------------------------------------------------ namespaces */
 
-int rbjail_unshare_namespaces(int new_net) {
+int rbjail_unshare_namespaces(int new_pid, int new_net) {
     /* The pid namespace applies to children: the caller forks the jail's init next. */
-    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (new_pid) flags |= CLONE_NEWPID;
     if (new_net) flags |= CLONE_NEWNET;
     if (unshare(flags) < 0) return fail("unshare", NULL);
     return 0;
@@ -789,6 +790,31 @@ int rbjail_reset_signals(void) {
     return 0;
 }
 
+const int rbjail_stops[RBJAIL_N_STOPS] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+
+void rbjail_stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    for (int i = 0; i < RBJAIL_N_STOPS; i++) sigaddset(set, rbjail_stops[i]);
+}
+
+/* A stop request reaches pid 1 only through a handler (it ignores what it has
+ * none for). kill() and pidfd_send_signal() (SI_USER) fill in the sender's pid
+ * as the namespace sees it: 0 for the worker, outside. A process of the jail
+ * cannot forge that (sigqueue's codes are negative), and without the uid layer
+ * it may signal pid 1: it is ignored then, not a jail ended without a report. */
+static void stop_from_outside(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    if (info->si_code != SI_USER || info->si_pid != 0) return;
+    kill(-1, SIGKILL);
+    _exit(128 + sig);
+}
+
+void rbjail_exit_on_stops(void) {
+    struct sigaction sa = {.sa_sigaction = stop_from_outside, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < RBJAIL_N_STOPS; i++) sigaction(rbjail_stops[i], &sa, NULL);
+}
+
 int rbjail_prepare_children(void) {
     note_signals();
     return loadable_filter() == NULL ? -1 : 0;
@@ -1377,12 +1403,6 @@ static void close_fds(const int *fds, int n) {
     for (int i = 0; i < n; i++) close(fds[i]);
 }
 
-static void take_down(int sig) {
-    /* The worker's stop request reaches pid 1 only through a handler: take the
-     * whole pid namespace down with us. */
-    kill(-1, SIGKILL);
-    _exit(128 + sig);
-}
 
 static int read_head(int memfd, struct rbjail_pool_request *req) {
     if (pread(memfd, req, sizeof *req, 0) != (ssize_t)sizeof *req || req->size != sizeof *req ||
@@ -1513,10 +1533,7 @@ static int pool_execution(const struct rbjail_zygote *z, const int fds[SPAWN_FDS
     close_fds(fds, 3);
     close(fds[4]);
     /* Now the launcher's init, as it is after building a jail. */
-    struct sigaction sa = {.sa_handler = take_down};
-    sigemptyset(&sa.sa_mask);
-    int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1}; /* as the launcher's supervisor */
-    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) sigaction(stops[i], &sa, NULL);
+    rbjail_exit_on_stops();
     rbjail_send_msg(status, "ready", workfd);
     close(workfd);
     if (rbjail_wait_for_go(status) < 0) _exit(RBJAIL_FAULT); /* the program dies with us */

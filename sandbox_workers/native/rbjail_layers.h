@@ -8,6 +8,7 @@
 #ifndef RBJAIL_LAYERS_H
 #define RBJAIL_LAYERS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -62,8 +63,9 @@ struct rbjail_child {
 
 const char *rbjail_error(void);
 
-/* Mount, pid, ipc and uts namespaces; net too when new_net (else the caller's). */
-int rbjail_unshare_namespaces(int new_net);
+/* Mount, ipc and uts namespaces; pid (for the caller's children) when new_pid
+ * (else the caller is already pid 1 of a new one); net when new_net (else the caller's). */
+int rbjail_unshare_namespaces(int new_pid, int new_net);
 int rbjail_build_root(const struct rbjail_fs *fs);
 int rbjail_set_hostname(const char *name);
 int rbjail_loopback_up(void);
@@ -102,6 +104,14 @@ size_t rbjail_seccomp_filter(void *out, size_t max);
 /* For tests: the i-th syscall the filter refuses outright, and its errno; -1 past the last. */
 int rbjail_seccomp_denial(size_t i, int *nr, int *err);
 int rbjail_reset_signals(void);
+/* The signals that stop a jail: the worker sends one to its init (or supervisor). */
+#define RBJAIL_N_STOPS 4
+extern const int rbjail_stops[RBJAIL_N_STOPS];
+void rbjail_stop_signals(sigset_t *set);
+/* For pid 1 of a jail's pid namespace: a stop signal sent from outside the
+ * namespace (the worker's) kills every process in it and exits; the same
+ * signals from the jail's own processes are ignored. */
+void rbjail_exit_on_stops(void);
 /* For a process that forks many programs, each confined by rbjail_confine (a
  * session's init): work out once what each would work out again, the seccomp
  * filter and which signals are not at their default. Call it after the last

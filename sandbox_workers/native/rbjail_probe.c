@@ -20,7 +20,7 @@
 static const char *g_root_dir;
 
 static int probe_namespaces(void) {
-    if (rbjail_unshare_namespaces(1) < 0) return -1;
+    if (rbjail_unshare_namespaces(1, 1) < 0) return -1;
     /* Every jail brings "lo" up in its new net namespace: that needs CAP_NET_ADMIN,
      * which a container may lack while it has CAP_SYS_ADMIN (docs/containers.md). */
     if (rbjail_loopback_up() < 0) return -1;

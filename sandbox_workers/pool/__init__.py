@@ -105,18 +105,18 @@ allocation or infinite loop takes the others down.
 from sandbox_workers.pool.config import DEFAULT_PRELOAD, PoolConfig
 from sandbox_workers.pool.pool import PoolStats, WarmPool, ZygoteStarter
 from sandbox_workers.pool.profile import PooledCommand, Profile, pooled_command, shadowed_modules
-from sandbox_workers.pool.slot import SlotCgroup, SupervisorSpawner
+from sandbox_workers.pool.slot import JailSpawner, SlotCgroup
 from sandbox_workers.pool.zygote import ExecutionSpec, Zygote, ZygoteFault, ZygoteInfo
 
 __all__ = [
     "DEFAULT_PRELOAD",
     "ExecutionSpec",
+    "JailSpawner",
     "PoolConfig",
     "PoolStats",
     "PooledCommand",
     "Profile",
     "SlotCgroup",
-    "SupervisorSpawner",
     "WarmPool",
     "Zygote",
     "ZygoteFault",

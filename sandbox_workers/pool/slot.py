@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 from typing import Protocol
 
-__all__ = ["SlotCgroup", "SupervisorSpawner"]
+__all__ = ["JailSpawner", "SlotCgroup"]
 
 
-class SupervisorSpawner(Protocol):
-    """A slot's ``rbjail --spawner``: forks a jail's supervisor."""
+class JailSpawner(Protocol):
+    """A slot's ``rbjail --spawner``: forks a jail (its init, or a supervisor above it)."""
 
     async def spawn(self, options: Sequence[str], fds: Sequence[int]) -> int:
-        """Fork a supervisor with ``options`` and stdio/status ``fds``; returns its pidfd."""
+        """Fork a jail with ``options`` and stdio/status ``fds``; returns a pidfd of it."""
         ...
 
 

@@ -1,7 +1,7 @@
 """One warm interpreter, resident in its own jail and cgroup slot (worker side).
 
-Starting one: the slot's ``rbjail --spawner`` forks a supervisor that builds a
-jail exactly as for a cold execution, except that its program (the zygote,
+Starting one: the slot's ``rbjail --spawner`` forks the init of a jail built
+exactly as for a cold execution, except that its program (the zygote,
 :mod:`.zygote_main`) keeps root and has no seccomp filter: it must create
 namespaces and mounts for its children, and it runs no untrusted code. The
 zygote gets the layer library as an fd (nothing of the worker's is mounted),
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from sandbox_workers.pool.profile import Profile
-from sandbox_workers.pool.slot import SlotCgroup, SupervisorSpawner
+from sandbox_workers.pool.slot import JailSpawner, SlotCgroup
 from sandbox_workers.sandbox import SandboxFault
 
 __all__ = ["ExecutionSpec", "Zygote", "ZygoteFault", "ZygoteInfo"]
@@ -236,7 +236,7 @@ class Zygote(Generic[_Cgroup]):
         profile: Profile,
         control: socket.socket,
         status: socket.socket,
-        supervisor_pidfd: int,
+        pidfd: int,
         info: ZygoteInfo,
         cgroup: _Cgroup | None,
         release: Callable[[], None],
@@ -246,11 +246,11 @@ class Zygote(Generic[_Cgroup]):
         self.profile = profile
         self.info = info
         self.cgroup = cgroup
-        self.pid = _pid_of(supervisor_pidfd)
+        self.pid = _pid_of(pidfd)
         self.uses = 0
         self._control = control
         self._status = status
-        self._pidfd = supervisor_pidfd
+        self._pidfd = pidfd
         self._release = release
         self._timeout_s = timeout_s
         self._closed = False
@@ -267,7 +267,7 @@ class Zygote(Generic[_Cgroup]):
         cls,
         *,
         profile: Profile,
-        spawner: SupervisorSpawner,
+        spawner: JailSpawner,
         cgroup: _Cgroup | None,
         release: Callable[[], None],
         options: Sequence[str],
@@ -305,7 +305,7 @@ class Zygote(Generic[_Cgroup]):
                 profile=profile,
                 control=control,
                 status=status,
-                supervisor_pidfd=pidfd,
+                pidfd=pidfd,
                 info=info,
                 cgroup=cgroup,
                 release=release,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["children_of_this_process", "jailed_processes", "processes_with", "spawner_children"]
+__all__ = [
+    "children_of_this_process",
+    "jailed_processes",
+    "parent_of",
+    "processes_with",
+    "spawner_children",
+]
 
 
 def processes_with(marker: str) -> list[int]:
@@ -20,6 +26,11 @@ def processes_with(marker: str) -> list[int]:
             if marker.encode() in cmdline:
                 found.append(int(entry))
     return found
+
+
+def parent_of(pid: int) -> int:
+    """The parent's pid (FileNotFoundError once ``pid`` is gone)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
 def jailed_processes(marker: str) -> list[int]:
@@ -53,7 +64,7 @@ def children_of_this_process() -> list[int]:
 
 
 def spawner_children(resident: frozenset[int] = frozenset()) -> list[int]:
-    """Processes whose parent is one of our slot spawners: supervisors still alive.
+    """Processes whose parent is one of our slot spawners: jails still alive.
 
     ``resident``: processes the sandbox keeps between executions (warm zygotes' jails).
     """

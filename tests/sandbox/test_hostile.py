@@ -48,7 +48,7 @@ class Hostile:
         assert processes_with(self.marker) == [], "a jailed process outlived its execution"
         assert children_of_this_process() == [], "a launcher was not reaped"
         resident = self.jail.resident_pids()
-        assert spawner_children(resident) == [], "a jail supervisor outlived its execution"
+        assert spawner_children(resident) == [], "a jail outlived its execution"
         follow_up = await self.jail.execute(
             ExecRequest(argv=(PYTHON, "-I", "-S", "-c", "print(6 * 7)"), extra_mounts=MOUNTS)
         )

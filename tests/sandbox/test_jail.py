@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,9 +23,17 @@ from sandbox_workers.jail import (
     JailSandbox,
     detect_layers,
 )
+from sandbox_workers.jail.build import build
 from sandbox_workers.jail.cgroups import CgroupLimits, V2Slot, V2Tree, detect_tree
+from sandbox_workers.jail.process import Launch, Spawner
+from sandbox_workers.pool import PoolConfig
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, SandboxFault
-from tests.sandbox.procs import children_of_this_process, jailed_processes, processes_with
+from tests.sandbox.procs import (
+    children_of_this_process,
+    jailed_processes,
+    parent_of,
+    processes_with,
+)
 from tests.support.poll import until
 
 PREFIX = Path(sys.base_prefix).resolve()
@@ -408,12 +417,122 @@ async def test_cancelled_execution_leaves_nothing_behind(jail: JailSandbox) -> N
 
 
 @pytest.mark.sandbox
+@pytest.mark.usefixtures("jail")  # skips where the strict jail cannot run
+async def test_a_running_jail_dies_with_its_spawner() -> None:
+    """The init a slot's spawner forks dies with it (PR_SET_PDEATHSIG), and with
+    init every process of its pid namespace."""
+    marker = f"rbtest-{uuid.uuid4().hex}"
+    code = "import os, time\nos.fork()\ntime.sleep(600)"
+    async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
+        task = asyncio.create_task(sandbox.execute(py(code, marker, time_s=60)))
+        await until(
+            lambda: len(jailed_processes(marker)) == 2, "both jailed processes", timeout_s=5
+        )
+        jailed = jailed_processes(marker)
+        (init,) = {parent_of(pid) for pid in jailed} - set(jailed)
+        spawner = parent_of(init)
+        assert spawner in processes_with("--spawner")
+        os.kill(spawner, signal.SIGKILL)
+        with pytest.raises(SandboxFault, match="without a report"):
+            await task
+        await until(
+            lambda: not processes_with(marker), "every process of the jail to be gone", timeout_s=5
+        )
+        assert (await sandbox.execute(py("print(1)"))).stdout == b"1\n"
+    assert children_of_this_process() == []
+
+
+@pytest.mark.sandbox
 async def test_a_jail_that_cannot_be_built_is_a_sandbox_fault(jail: JailSandbox) -> None:
     broken = (BindMount(Path("/nonexistent-rewardbus-path"), "/opt/x"),)
     with pytest.raises(SandboxFault, match="nonexistent-rewardbus-path"):
         await jail.execute(ExecRequest(argv=("/bin/true",), extra_mounts=broken))
     assert children_of_this_process() == []
     assert (await jail.execute(ExecRequest(argv=("/bin/true",)))).ok
+
+
+# The signals that stop a jail when the worker sends them to its init.
+STOPS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
+SIGNAL_INIT = (
+    "import ctypes, json, os, signal, time\n"
+    "tried = {}\n"
+    f"for name in {STOPS!r}:\n"
+    "    try:\n"
+    "        os.kill(1, getattr(signal, name)); tried[name] = 'sent'\n"
+    "    except OSError as exc:\n"
+    "        tried[name] = exc.strerror\n"
+    "# rt_sigqueueinfo with a forged sender: si_signo, si_errno, si_code SI_QUEUE, si_pid 0\n"
+    "info = (ctypes.c_int * 32)(signal.SIGTERM, 0, -1, 0)\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "tried['forged'] = libc.syscall(129, 1, signal.SIGTERM, info) or 'sent'\n"
+    "time.sleep(0.3)\n"
+    "print(json.dumps(tried))\n"
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("jail")  # skips where the strict jail cannot run
+@pytest.mark.parametrize("path", ["cold", "warm"])
+@pytest.mark.parametrize("uid", ["dropped", "kept"])
+async def test_no_process_of_the_jail_can_stop_its_init(uid: str, path: str) -> None:
+    """A jail's pid 1 (the init the spawner forks, or a zygote's execution's) exits
+    on a stop signal from the worker, outside its pid namespace, only. With the
+    uid layer on the program cannot signal pid 1 at all; with it off (root, the
+    same uid) the signals arrive and are ignored, not a jail ended without a report."""
+    disabled = frozenset({"uid"}) if uid == "kept" else frozenset()
+    config = JailConfig(
+        strict=not disabled, disabled=disabled, pool=PoolConfig(enabled=path == "warm")
+    )
+    async with JailSandbox(config) as sandbox:
+        result = await sandbox.execute(py(SIGNAL_INIT, time_s=10))
+        tried = json_out(result)
+        if uid == "kept":
+            assert [tried[name] for name in STOPS] == ["sent"] * len(STOPS), tried
+        else:
+            assert set(tried.values()) <= {"Operation not permitted", -1}, tried
+        assert (sandbox.pool_stats is not None and sandbox.pool_stats.served == 1) == (
+            path == "warm"
+        )
+        assert (await sandbox.execute(py("print(1)"))).stdout == b"1\n"
+    assert children_of_this_process() == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("jail")  # skips where the strict jail cannot run
+async def test_the_spawner_refuses_a_malformed_request_and_serves_the_next(
+    tmp_path: Path,
+) -> None:
+    binaries = build(JailConfig().bin_dir)
+    spawner = Spawner(str(binaries.launcher), [])
+    try:
+        r, w = os.pipe()
+        status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            fds = [r, w, w, theirs.fileno()]
+            with pytest.raises(SandboxFault, match=r"error request: rbjail: .*--no-such-option"):
+                await spawner.spawn(["--no-such-option", "--", "/bin/true"], fds)
+        finally:
+            for fd in (r, w):
+                os.close(fd)
+            status.close()
+            theirs.close()
+        assert spawner.alive
+        launch = Launch(b"", 1 << 16)
+        try:
+            await launch.start(
+                spawner,
+                ["--ns", "--no-mounts", "--workdir", str(tmp_path), "--", "/bin/echo", "served"],
+            )
+            os.close(await launch.ready(10))
+            launch.go()
+            await launch.finish(10)
+            assert launch.report is not None and launch.report.exit_code == 0, launch.error
+            assert launch.stdout == b"served\n"
+        finally:
+            launch.close()
+    finally:
+        spawner.close()
+    assert children_of_this_process() == []
 
 
 @pytest.mark.sandbox
