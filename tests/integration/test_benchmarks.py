@@ -51,6 +51,14 @@ def test_bench_sandbox_quick() -> None:
 
 
 @pytest.mark.timeout(180)
+def test_bench_jail_cpu_quick() -> None:
+    report = quick_run("bench_jail_cpu.py", flags=("--runs", "30", "--blocks", "1"))
+    assert set(report["jail_ms"]) == {"machine", "jail", "worker", "rest"}
+    assert report["floor_ms"] > 0 and report["jail_ms"]["machine"] > 0
+    assert report["jail_ms"]["jail"] > 0 and report["jail_ms"]["worker"] > 0
+
+
+@pytest.mark.timeout(180)
 def test_bench_confine_quick() -> None:
     rows = quick_run("bench_confine.py", flags=("--blocks", "3", "--forks", "50"))["rows"]
     assert set(rows) == {
