@@ -521,7 +521,16 @@ async def test_the_spawner_refuses_a_malformed_request_and_serves_the_next(
         try:
             await launch.start(
                 spawner,
-                ["--ns", "--no-mounts", "--workdir", str(tmp_path), "--", "/bin/echo", "served"],
+                [
+                    "--ns",
+                    "--no-mounts",
+                    "--wait-go",
+                    "--workdir",
+                    str(tmp_path),
+                    "--",
+                    "/bin/echo",
+                    "served",
+                ],
             )
             os.close(await launch.ready(10))
             launch.go()
