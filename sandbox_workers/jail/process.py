@@ -440,6 +440,10 @@ class Launch(_Captured):
                 msg, fds = _recv_with_fds(self._status)
             except (BlockingIOError, InterruptedError):
                 return
+            except ConnectionResetError:
+                # Init exited with a message of ours unread (the kernel says so
+                # once); what it sent before that is still queued.
+                continue
             except OSError:
                 msg, fds = b"", []
             if not msg:

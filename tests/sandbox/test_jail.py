@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -542,6 +543,35 @@ async def test_the_spawner_refuses_a_malformed_request_and_serves_the_next(
     finally:
         spawner.close()
     assert children_of_this_process() == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("jail")  # skips where the strict jail cannot run
+async def test_a_report_is_read_even_when_init_exits_with_a_message_unread(
+    tmp_path: Path,
+) -> None:
+    """Without --wait-go init never reads the worker's "go": it exits with it
+    unread, and the kernel answers the worker's next read with ECONNRESET before
+    the messages init sent. Those must still be read."""
+    spawner = Spawner(str(build(JailConfig().bin_dir).launcher), [])
+    try:
+        for _ in range(3):
+            launch = Launch(b"", 1 << 16)
+            try:
+                program = ["/bin/sh", "-c", "sleep 0.02"]
+                await launch.start(
+                    spawner, ["--ns", "--no-mounts", "--workdir", str(tmp_path), "--", *program]
+                )
+                os.close(await launch.ready(10))
+                launch.go()  # never read
+                # The loop stalls (as a busy worker's does) until init has exited.
+                time.sleep(0.2)  # noqa: ASYNC251
+                await launch.finish(10)
+                assert launch.report is not None and launch.report.exit_code == 0, launch.error
+            finally:
+                launch.close()
+    finally:
+        spawner.close()
 
 
 @pytest.mark.sandbox
