@@ -79,7 +79,7 @@ struct opts {
     int probe;
     int spawner;
     int share_net; /* spawner: its jails share a net namespace while they leave no trace */
-    int shared_net; /* supervisor: in the spawner's namespace, lo up (set by the spawner) */
+    int shared_net; /* in the spawner's net namespace, lo up (set by the spawner) */
     int session;
     int cgroupns;
     int reset_oom;
