@@ -6,9 +6,9 @@ execution, from counters that do not depend on wall time:
 
 - machine: every core's busy time (``/proc/stat``: every process, kernel threads);
 - jail processes: the slot's cgroup (its spawner, the jail's init, the program),
-  read from the cgroup above the slot, the worker's (the sandbox resets the
-  slot's own v1 counter for each execution; the one above it keeps counting):
-  v1 ``cpuacct.usage``, v2 ``cpu.stat``;
+  read from the cgroup above the slot, the worker's, as the CPU guard reads it
+  (``_common.sandbox_cpu_s``: the sandbox resets the slot's own v1 counter for
+  each execution; the one above it keeps counting);
 - worker: this process (building the request, the event loop, reading results);
 - rest: machine - jail - worker (kernel work charged to no cgroup, such as a net
   namespace's teardown, and any other tenant of the machine).
@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: find _common
 
-from _common import emit_json, machine_busy_s
+from _common import emit_json, machine_busy_s, sandbox_cpu_s
 
 from sandbox_workers.jail import JailConfig, JailSandbox
 from sandbox_workers.pool import PoolConfig
@@ -49,64 +49,18 @@ def self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def spawners() -> list[int]:
-    """This process's slot spawners."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == me and b"--spawner" in cmdline:
-                found.append(int(entry))
-    return found
+def jail_cpu_s() -> float:
+    """CPU seconds of this process's slots: the cgroup above them (sandbox_cpu_s)."""
+    return sandbox_cpu_s(os.getpid())
 
 
-def _mounts() -> list[tuple[str, str, str]]:
-    """(mount point, file system type, super options) of every mount."""
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields, _, rest = line.partition(" - ")
-        fstype, _source, options = rest.split(" ", 2)
-        found.append((fields.split()[4], fstype, options))
-    return found
-
-
-def cgroup_cpu_reader(pid: int) -> tuple[str, Path]:
-    """The CPU counter of the cgroup above ``pid``'s: ("v1"|"v2", file)."""
-    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            for point, fstype, options in _mounts():
-                if fstype == "cgroup" and "cpuacct" in options.split(","):
-                    return "v1", Path(point + path).parent / "cpuacct.usage"
-    for line in lines:
-        hierarchy, _, path = line.split(":", 2)
-        if hierarchy == "0":
-            for point, fstype, _options in _mounts():
-                if fstype == "cgroup2":
-                    return "v2", Path(point + path).parent / "cpu.stat"
-    raise SystemExit(f"no CPU accounting cgroup for pid {pid}")
-
-
-def cgroup_cpu_s(reader: tuple[str, Path]) -> float:
-    kind, path = reader
-    if kind == "v1":
-        return int(path.read_text()) / 1e9
-    keyed = dict(line.split() for line in path.read_text().splitlines() if line)
-    return int(keyed["usage_usec"]) / 1e6
-
-
-async def jail_block(sandbox: JailSandbox, reader: tuple[str, Path], runs: int) -> dict[str, float]:
-    machine, jail, worker = machine_busy_s(), cgroup_cpu_s(reader), self_cpu_s()
+async def jail_block(sandbox: JailSandbox, runs: int) -> dict[str, float]:
+    machine, jail, worker = machine_busy_s(), jail_cpu_s(), self_cpu_s()
     for _ in range(runs):
         result = await sandbox.execute(TRUE)
         assert result.exit_code == 0, result
     machine = (machine_busy_s() - machine) * 1000 / runs
-    jail = (cgroup_cpu_s(reader) - jail) * 1000 / runs
+    jail = (jail_cpu_s() - jail) * 1000 / runs
     worker = (self_cpu_s() - worker) * 1000 / runs
     return {"machine": machine, "jail": jail, "worker": worker, "rest": machine - jail - worker}
 
@@ -131,12 +85,11 @@ async def main() -> None:
     async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
         for _ in range(30):  # warm: page cache, the slot and its spawner
             await sandbox.execute(TRUE)
-        (spawner,) = spawners()
-        reader = cgroup_cpu_reader(spawner)
+        if jail_cpu_s() == 0:
+            sys.exit("bench_jail_cpu: no cgroup CPU counter for the jail's slots")
         for _ in range(args.blocks):
             floors.append(floor_block(args.runs))
-            jails.append(await jail_block(sandbox, reader, args.runs))
-            assert spawners() == [spawner], "the slot's spawner changed: its cgroup is another"
+            jails.append(await jail_block(sandbox, args.runs))
     floor = statistics.median(floors)
     parts = {key: statistics.median(block[key] for block in jails) for key in jails[0]}
     over = parts["machine"] - floor
@@ -156,7 +109,6 @@ async def main() -> None:
             "benchmark": "bench_jail_cpu",
             "runs": args.runs,
             "blocks": args.blocks,
-            "cgroup": reader[0],
             "floor_ms": round(floor, 3),
             "floor_blocks": [round(v, 3) for v in floors],
             "jail_ms": {key: round(value, 3) for key, value in parts.items()},

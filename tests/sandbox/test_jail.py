@@ -24,11 +24,10 @@ from sandbox_workers.jail import (
     JailSandbox,
     detect_layers,
 )
-from sandbox_workers.jail.build import build
 from sandbox_workers.jail.cgroups import CgroupLimits, V2Slot, V2Tree, detect_tree
-from sandbox_workers.jail.process import Launch, Spawner
 from sandbox_workers.pool import PoolConfig
 from sandbox_workers.sandbox import BindMount, ExecRequest, ExecResult, SandboxFault
+from tests.sandbox.jails import bare_options, bare_spawner, finished, launched
 from tests.sandbox.procs import (
     children_of_this_process,
     jailed_processes,
@@ -503,8 +502,7 @@ async def test_no_process_of_the_jail_can_stop_its_init(uid: str, path: str) -> 
 async def test_the_spawner_refuses_a_malformed_request_and_serves_the_next(
     tmp_path: Path,
 ) -> None:
-    binaries = build(JailConfig().bin_dir)
-    spawner = Spawner(str(binaries.launcher), [])
+    spawner = bare_spawner()
     try:
         r, w = os.pipe()
         status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -518,28 +516,8 @@ async def test_the_spawner_refuses_a_malformed_request_and_serves_the_next(
             status.close()
             theirs.close()
         assert spawner.alive
-        launch = Launch(b"", 1 << 16)
-        try:
-            await launch.start(
-                spawner,
-                [
-                    "--ns",
-                    "--no-mounts",
-                    "--wait-go",
-                    "--workdir",
-                    str(tmp_path),
-                    "--",
-                    "/bin/echo",
-                    "served",
-                ],
-            )
-            os.close(await launch.ready(10))
-            launch.go()
-            await launch.finish(10)
-            assert launch.report is not None and launch.report.exit_code == 0, launch.error
-            assert launch.stdout == b"served\n"
-        finally:
-            launch.close()
+        served = await launched(spawner, bare_options(tmp_path, "/bin/echo", "served"))
+        assert await finished(served) == b"served\n"
     finally:
         spawner.close()
     assert children_of_this_process() == []
@@ -553,23 +531,14 @@ async def test_a_report_is_read_even_when_init_exits_with_a_message_unread(
     """Without --wait-go init never reads the worker's "go": it exits with it
     unread, and the kernel answers the worker's next read with ECONNRESET before
     the messages init sent. Those must still be read."""
-    spawner = Spawner(str(build(JailConfig().bin_dir).launcher), [])
+    spawner = bare_spawner()
     try:
         for _ in range(3):
-            launch = Launch(b"", 1 << 16)
-            try:
-                program = ["/bin/sh", "-c", "sleep 0.02"]
-                await launch.start(
-                    spawner, ["--ns", "--no-mounts", "--workdir", str(tmp_path), "--", *program]
-                )
-                os.close(await launch.ready(10))
-                launch.go()  # never read
-                # The loop stalls (as a busy worker's does) until init has exited.
-                time.sleep(0.2)  # noqa: ASYNC251
-                await launch.finish(10)
-                assert launch.report is not None and launch.report.exit_code == 0, launch.error
-            finally:
-                launch.close()
+            options = ["--ns", "--no-mounts", "--workdir", str(tmp_path), "--", "/bin/true"]
+            launch = await launched(spawner, options)  # "go" is never read
+            # The loop stalls (as a busy worker's does) until init has exited.
+            time.sleep(0.2)  # noqa: ASYNC251
+            await finished(launch)
     finally:
         spawner.close()
 

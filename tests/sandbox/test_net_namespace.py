@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 from pathlib import Path
 
 import pytest
 
-from sandbox_workers.jail import JailConfig, JailSandbox
-from sandbox_workers.jail.build import build
+from sandbox_workers.jail import JailSandbox
 from sandbox_workers.jail.process import Launch, Spawner
 from sandbox_workers.pool import PoolConfig
-from tests.sandbox.jails import py, strict_sandbox
+from tests.sandbox.jails import bare_options, bare_spawner, finished, launched, py, strict_sandbox
 
 PATHS = {"warm": PoolConfig(size=1, prewarm=1.0), "cold": PoolConfig(enabled=False)}
 
@@ -155,22 +153,8 @@ async def test_concurrent_cold_jails_never_share_a_network_namespace() -> None:
 
 async def started(spawner: Spawner, workdir: Path, sleep_s: float) -> Launch:
     """A jail of ``spawner`` that prints its net namespace, then sleeps."""
-    options = ["--ns", "--no-mounts", "--wait-go", "--workdir", str(workdir), "--"]
     program = ["/bin/sh", "-c", f"readlink /proc/self/ns/net; sleep {sleep_s}"]
-    launch = Launch(b"", 1 << 16)
-    await launch.start(spawner, options + program)
-    os.close(await launch.ready(10))
-    launch.go()
-    return launch
-
-
-async def namespace_of(launch: Launch) -> bytes:
-    try:
-        await launch.finish(10)
-        assert launch.report is not None and launch.report.exit_code == 0, launch.error
-        return launch.stdout
-    finally:
-        launch.close()
+    return await launched(spawner, bare_options(workdir, *program))
 
 
 @pytest.mark.sandbox
@@ -180,12 +164,12 @@ async def test_a_jail_spawned_while_the_last_one_runs_gets_a_namespace_of_its_ow
     """The spawner's branch no JailSandbox reaches: a slot given back before its
     jail ended (possible only where no cgroup shows what is left in it)."""
     strict_sandbox(PATHS["cold"]).close()  # fails where this host has no strict jail
-    spawner = Spawner(str(build(JailConfig().bin_dir).launcher), [], share_net=True)
+    spawner = bare_spawner(share_net=True)
     try:
         running = await started(spawner, tmp_path, 1)
-        meanwhile = await namespace_of(await started(spawner, tmp_path, 0))
-        first = await namespace_of(running)
-        after = [await namespace_of(await started(spawner, tmp_path, 0)) for _ in range(2)]
+        meanwhile = await finished(await started(spawner, tmp_path, 0))
+        first = await finished(running)
+        after = [await finished(await started(spawner, tmp_path, 0)) for _ in range(2)]
     finally:
         spawner.close()
     assert meanwhile != first
