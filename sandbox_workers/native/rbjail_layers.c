@@ -331,7 +331,7 @@ struct devnode {
     unsigned major, minor;
 };
 
-static int populate_dev(int rootfd, unsigned long tmp_mb, unsigned long inodes) {
+static int populate_dev(int rootfd) {
     static const struct devnode nodes[] = {
         {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9},
     };
@@ -356,11 +356,8 @@ static int populate_dev(int rootfd, unsigned long tmp_mb, unsigned long inodes) 
         snprintf(rel, sizeof rel, "dev/%s", links[i][0]);
         if (symlinkat(links[i][1], rootfd, rel) < 0) return fail("symlink", rel);
     }
-    /* A private /dev/shm: POSIX semaphores (multiprocessing) need one; the host's must not leak. */
+    /* The mount point of a private /dev/shm (own_mounts). */
     if (mkdirs(rootfd, "dev/shm") < 0) return -1;
-    char opts[128];
-    snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=1777", tmp_mb, inodes);
-    if (mount_tmpfs("dev/shm", MS_NOSUID | MS_NODEV, opts) < 0) return -1;
     if (mount(NULL, "dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
         return fail("remount", "/dev");
     return 0;
@@ -375,14 +372,18 @@ static int mount_proc(int rootfd) {
     return fail("mount", "/proc");
 }
 
-static int writable_tmpfs(int rootfd, const struct rbjail_fs *fs) {
+/* A jail's own file systems, on the mount points its root holds (the cwd):
+ * /work, /tmp, a private /dev/shm (POSIX semaphores, so multiprocessing, need
+ * one; the host's must not leak) and a /proc of the caller's pid namespace. */
+static int own_mounts(int rootfd, const struct rbjail_fs *fs) {
     char opts[160];
-    if (mkdirs(rootfd, "work") < 0 || mkdirs(rootfd, "tmp") < 0) return -1;
     snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=0755,uid=%u,gid=%u", fs->work_mb,
              fs->inodes, (unsigned)fs->uid, (unsigned)fs->gid);
     if (mount_tmpfs("work", MS_NOSUID | MS_NODEV, opts) < 0) return -1;
     snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=1777", fs->tmp_mb, fs->inodes);
-    return mount_tmpfs("tmp", MS_NOSUID | MS_NODEV, opts);
+    if (mount_tmpfs("tmp", MS_NOSUID | MS_NODEV, opts) < 0) return -1;
+    if (mount_tmpfs("dev/shm", MS_NOSUID | MS_NODEV, opts) < 0) return -1;
+    return mount_proc(rootfd);
 }
 
 static int system_mounts(int rootfd, const struct rbjail_fs *fs) {
@@ -395,20 +396,10 @@ static int system_mounts(int rootfd, const struct rbjail_fs *fs) {
     return 0;
 }
 
-static int enter_root(void) {
-    /* pivot_root(".", ".") stacks the old root on the new one; detaching it
-     * leaves no path back to the host file system. */
-    if (syscall(SYS_pivot_root, ".", ".") < 0) return fail("pivot_root", NULL);
-    if (umount2(".", MNT_DETACH) < 0) return fail("umount", "old root");
-    if (chdir("/") < 0) return fail("chdir", "/");
-    /* Only /work, /tmp and /dev/shm stay writable. */
-    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
-        return fail("remount", "/");
-    if (chdir("/work") < 0) return fail("chdir", "/work");
-    return 0;
-}
-
-int rbjail_build_root(const struct rbjail_fs *fs) {
+/* A new root tmpfs on fs->root_dir, made the cwd, with everything but the
+ * jail's own file systems: the system mounts, /etc, /dev and the mount points
+ * of /work, /tmp, /dev/shm and /proc. Its fd, or -1. */
+static int shared_root(const struct rbjail_fs *fs) {
     /* Nothing done below may propagate back to the host's mount table. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return fail("make-rprivate", "/");
     if (mount_tmpfs(fs->root_dir, MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755") < 0)
@@ -418,12 +409,43 @@ int rbjail_build_root(const struct rbjail_fs *fs) {
     if (rootfd < 0) return fail("open", fs->root_dir);
     int rc = system_mounts(rootfd, fs);
     if (rc == 0) rc = synthetic_etc(rootfd, fs->uid, fs->gid);
-    if (rc == 0) rc = writable_tmpfs(rootfd, fs);
-    if (rc == 0) rc = populate_dev(rootfd, fs->tmp_mb, fs->inodes);
-    if (rc == 0) rc = mount_proc(rootfd);
+    if (rc == 0 && (mkdirs(rootfd, "work") < 0 || mkdirs(rootfd, "tmp") < 0)) rc = -1;
+    if (rc == 0) rc = populate_dev(rootfd);
+    if (rc == 0 && mkdirs(rootfd, "proc") < 0) rc = -1;
+    if (rc < 0) {
+        close(rootfd);
+        return -1;
+    }
+    return rootfd;
+}
+
+static int enter_cwd_as_root(void) {
+    /* pivot_root(".", ".") stacks the old root on the new one; detaching it
+     * leaves no path back to the host file system. */
+    if (syscall(SYS_pivot_root, ".", ".") < 0) return fail("pivot_root", NULL);
+    if (umount2(".", MNT_DETACH) < 0) return fail("umount", "old root");
+    if (chdir("/") < 0) return fail("chdir", "/");
+    /* Only /work, /tmp and /dev/shm stay writable. */
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        return fail("remount", "/");
+    return 0;
+}
+
+int rbjail_build_root(const struct rbjail_fs *fs) {
+    int rootfd = shared_root(fs);
+    if (rootfd < 0) return -1;
+    int rc = own_mounts(rootfd, fs);
     close(rootfd);
-    if (rc == 0) rc = enter_root();
+    if (rc == 0) rc = enter_cwd_as_root();
+    if (rc == 0 && chdir("/work") < 0) rc = fail("chdir", "/work");
     return rc;
+}
+
+int rbjail_make_template(const struct rbjail_fs *fs) {
+    int rootfd = shared_root(fs);
+    if (rootfd < 0) return -1;
+    close(rootfd);
+    return enter_cwd_as_root();
 }
 
 /* ------------------------------------------------------------------ per-process layers */
@@ -1239,18 +1261,13 @@ int rbjail_setns_all(const int *fds, size_t n) {
 }
 
 int rbjail_fresh_scratch(const struct rbjail_fs *fs) {
-    /* The jail's root is read-only and already holds the mount points: the new
-     * tmpfs go on top of the zygote's, in this execution's mount namespace. */
+    /* The root is read-only and already holds the mount points: the new tmpfs
+     * go on top of what is there (a zygote's, or nothing in a template's copy),
+     * in the caller's own mount namespace. */
     if (chdir("/") < 0) return fail("chdir", "/");
     int rootfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) return fail("open", "/");
-    int rc = writable_tmpfs(rootfd, fs);
-    if (rc == 0) {
-        char opts[128];
-        snprintf(opts, sizeof opts, "size=%lum,nr_inodes=%lu,mode=1777", fs->tmp_mb, fs->inodes);
-        rc = mount_tmpfs("dev/shm", MS_NOSUID | MS_NODEV, opts);
-    }
-    if (rc == 0) rc = mount_proc(rootfd); /* shows this execution's pid namespace */
+    int rc = own_mounts(rootfd, fs);
     close(rootfd);
     if (rc == 0 && chdir("/work") < 0) rc = fail("chdir", "/work");
     return rc;

@@ -66,7 +66,14 @@ const char *rbjail_error(void);
 /* Mount, ipc and uts namespaces; pid (for the caller's children) when new_pid
  * (else the caller is already pid 1 of a new one); net when new_net (else the caller's). */
 int rbjail_unshare_namespaces(int new_pid, int new_net);
+/* The jail's root on fs->root_dir (a new tmpfs, read-only once entered: only
+ * /work, /tmp and /dev/shm are writable), pivoted into; then chdir /work. */
 int rbjail_build_root(const struct rbjail_fs *fs);
+/* The same root without the jail's own file systems (/work, /tmp, /dev/shm,
+ * /proc), entered as the caller's root: called in a new mount namespace kept
+ * as a template. A jail that enters a copy of it (setns, then unshare
+ * CLONE_NEWNS) mounts its own file systems with rbjail_fresh_scratch. */
+int rbjail_make_template(const struct rbjail_fs *fs);
 int rbjail_set_hostname(const char *name);
 int rbjail_loopback_up(void);
 /* A hash of what the caller's net namespace shows of its use (packets, live
@@ -193,7 +200,7 @@ long long rbjail_default_wall_ms(long long cpu_ms);
 int rbjail_unshare_execution(int new_net);
 /* Re-enter the namespaces held open as fds (opened from /proc/self/ns/). */
 int rbjail_setns_all(const int *fds, size_t n);
-/* Over an existing jail root: fresh size-capped tmpfs /work (owned by uid/gid),
+/* Over an existing jail root (a zygote's, a template's copy): fresh size-capped tmpfs /work (owned by uid/gid),
  * /tmp and /dev/shm, and a /proc of the caller's pid namespace (hidepid); then
  * chdir /work. Only work_mb, tmp_mb, inodes, uid and gid of fs are used. */
 int rbjail_fresh_scratch(const struct rbjail_fs *fs);

@@ -165,6 +165,78 @@ async def test_root_is_minimal_and_read_only(jail: JailSandbox, repo_root: Path)
     }
 
 
+ROOT_BUILT = "import os; s = os.stat('/'); print(s.st_ctime_ns)"
+
+
+@pytest.mark.sandbox
+async def test_a_slot_builds_its_jails_root_once_and_each_jail_its_own_scratch() -> None:
+    # The spawner keeps the root it built (a template) and each jail runs in a
+    # copy of it: "/" is the same tmpfs, made once. /work, /tmp and /dev/shm
+    # are each jail's own: nothing written there reaches the next jail.
+    leave = (
+        "import os\n"
+        "for d in ('/work', '/tmp', '/dev/shm'):\n"
+        "    open(os.path.join(d, 'left-by-the-last-jail'), 'w').write('x')\n"
+        "s = os.stat('/'); print(s.st_ctime_ns)"
+    )
+    look = (
+        "import os\nprint(sorted(f for d in ('/work', '/tmp', '/dev/shm') for f in os.listdir(d)))"
+    )
+    async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
+        first = await sandbox.execute(py(leave))
+        second = await sandbox.execute(py(ROOT_BUILT))
+        after = await sandbox.execute(py(look))
+    assert first.ok and second.ok and after.ok, (first, second, after)
+    assert first.stdout == second.stdout
+    assert after.stdout == b"[]\n"
+
+
+@pytest.mark.sandbox
+async def test_a_host_file_replaced_under_a_bind_is_what_the_next_jail_sees(
+    tmp_path: Path,
+) -> None:
+    # A bind holds the file its host path named when it was made: a root kept
+    # from before the file was replaced (ldconfig renames a new ld.so.cache in)
+    # would show the old one. The spawner builds it again.
+    conf = tmp_path / "tool.conf"
+    conf.write_text("one\n")
+    cat = ExecRequest(
+        argv=("/bin/cat", "/etc/rewardbus-tool.conf"),
+        extra_mounts=(BindMount(conf, "/etc/rewardbus-tool.conf"),),
+    )
+    async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
+        seen = [(await sandbox.execute(cat)).stdout for _ in range(2)]
+        replacement = tmp_path / "tool.conf.new"
+        replacement.write_text("two\n")
+        replacement.replace(conf)
+        seen.append((await sandbox.execute(cat)).stdout)
+        conf.unlink()
+        with pytest.raises(SandboxFault, match=r"tool\.conf"):
+            await sandbox.execute(cat)
+        conf.write_text("three\n")
+        seen.append((await sandbox.execute(cat)).stdout)
+    assert seen == [b"one\n", b"one\n", b"two\n", b"three\n"]
+
+
+@pytest.mark.sandbox
+async def test_jails_with_different_mounts_each_see_only_their_own(tmp_path: Path) -> None:
+    # More sets of mounts than a spawner keeps roots for, taken in turns on one
+    # slot (as compile and run steps of several languages take it). They bind
+    # the same host directory at different places: a root kept for one set
+    # must not serve another because their host paths are the same.
+    sets = [
+        ExecRequest(
+            argv=("/bin/ls", "/opt/rewardbus-sets"),
+            extra_mounts=(BindMount(tmp_path, f"/opt/rewardbus-sets/set{i}"),),
+        )
+        for i in range(6)
+    ]
+    order = [0, 1, 2, 3, 4, 5, 0, 1, 0, 5, 2, 2]
+    async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
+        seen = [(await sandbox.execute(sets[i])).stdout for i in order]
+    assert seen == [f"set{i}\n".encode() for i in order]
+
+
 @pytest.mark.sandbox
 async def test_files_in_collect_out_and_symlinks_are_never_followed(jail: JailSandbox) -> None:
     code = (
