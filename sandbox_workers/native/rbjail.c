@@ -308,7 +308,6 @@ static int prepare_jail(const struct opts *o) {
 static int run_session(const struct opts *o);
 
 static int run_init(const struct opts *o) {
-    if (o->ns) prctl(PR_SET_PDEATHSIG, SIGKILL);
     umask(022);
     if (prepare_jail(o) < 0) {
         rbjail_send_error(o->status_fd, "setup");
@@ -690,6 +689,7 @@ static int run_supervisor(struct opts *o, pid_t expected_parent) {
     if (init == 0) {
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         for (int i = 0; i < RBJAIL_N_STOPS; i++) sigaction(rbjail_stops[i], &dfl, NULL);
+        if (o->ns) prctl(PR_SET_PDEATHSIG, SIGKILL); /* the spawner's init sets its own */
         _exit(run_init(o));
     }
     g_init_pid = init;

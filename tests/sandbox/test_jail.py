@@ -515,6 +515,36 @@ async def test_a_running_jail_dies_with_its_spawner() -> None:
 
 
 @pytest.mark.sandbox
+async def test_a_root_built_while_the_last_jail_runs_does_not_wait_for_it(
+    jail: JailSandbox, tmp_path: Path
+) -> None:
+    # The spawner builds a new set of mounts' root in a child it waits for:
+    # that wait must be for the child alone, not for the jail still running
+    # (a slot given back early, where no cgroup shows what is left in it).
+    config = JailConfig()
+    mounts = ["--ns", "--mounts", "--root", str(config.root_mountpoint), "--wait-go"]
+    for path in config.system_mounts:
+        mounts += ["--mirror", path]
+    spawner = bare_spawner()
+    try:
+        forever = ["--cpu-ms", "600000", "--wall-ms", "600000", "--", "/bin/sleep", "600"]
+        running = await launched(spawner, [*mounts, *forever])
+        other = [*mounts, "--ro", str(tmp_path), "/opt/rewardbus-other", "--", "/bin/ls", "/opt"]
+
+        async def list_other() -> bytes:
+            return await finished(await launched(spawner, other))
+
+        listed = await asyncio.wait_for(list_other(), 30)
+        running.stop("test")
+        await running.finish(10)
+        running.close()
+    finally:
+        spawner.close()
+    assert listed == b"rewardbus-other\n"
+    assert running.stop_reason == "test"
+
+
+@pytest.mark.sandbox
 async def test_a_jail_that_cannot_be_built_is_a_sandbox_fault(jail: JailSandbox) -> None:
     broken = (BindMount(Path("/nonexistent-rewardbus-path"), "/opt/x"),)
     with pytest.raises(SandboxFault, match="nonexistent-rewardbus-path"):
