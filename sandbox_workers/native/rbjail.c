@@ -805,7 +805,7 @@ static int take_request_fds(const int fds[SPAWN_FDS], int extra) {
  * Building a jail's root (rbjail_build_root: a tmpfs, a read-only bind and its
  * remount per system path, /etc, /dev: 29 mount calls here) took ~0.6 ms of
  * the ~2 ms of CPU a cold jail costs, and it comes out the same for every
- * jail of a slot with the same mounts. So the spawner keeps a few roots built:
+ * jail of a slot with the same mounts. So the spawner keeps up to TEMPLATES roots built:
  * each is a mount namespace whose root is a jail's root without the jail's
  * own file systems (rbjail_make_template, in a short-lived child). A jail's
  * init enters one (setns), copies it (unshare CLONE_NEWNS, as it copied the
@@ -825,8 +825,13 @@ static int take_request_fds(const int fds[SPAWN_FDS], int extra) {
  * which reports what fails.
  */
 
-#define TEMPLATES 4
+#define TEMPLATES 8
 #define TEMPLATE_FAILED -2 /* ns_fd: could not be built from these host paths */
+/* A template gives way to another set of mounts only when unused for this many
+ * requests: a slot that takes more sets in turn than it keeps templates would
+ * otherwise build one for every jail (a fork on top of what a jail of its own
+ * costs); past TEMPLATES, the other sets' jails build their own root. */
+#define TEMPLATE_IDLE 64
 
 struct path_id {
     dev_t dev;
@@ -839,7 +844,7 @@ struct template {
     char *key;
     size_t key_len;
     struct path_id source[MAX_MOUNTS];
-    unsigned long long used; /* when last used: the least recent goes first */
+    unsigned long long used; /* the request that last used it: the least recent goes first */
 };
 
 static struct template g_templates[TEMPLATES];
@@ -925,6 +930,7 @@ static int template_for(const struct opts *o) {
     struct rbjail_fs fs = jail_fs(o);
     size_t len = template_key(&fs);
     if (len == 0) return -1;
+    unsigned long long now_request = ++g_template_clock;
     struct path_id now[MAX_MOUNTS];
     identify_sources(&fs, now);
     struct template *t = NULL, *oldest = &g_templates[0];
@@ -935,6 +941,8 @@ static int template_for(const struct opts *o) {
     }
     if (t != NULL && memcmp(t->source, now, sizeof now) != 0) drop_template(t); /* host paths changed */
     if (t == NULL || t->key == NULL) {
+        if (t == NULL && oldest->key != NULL && now_request - oldest->used < TEMPLATE_IDLE)
+            return -1; /* every template in use: this jail builds its own root */
         if (t == NULL) t = oldest;
         drop_template(t);
         t->key = malloc(len);
@@ -945,7 +953,7 @@ static int template_for(const struct opts *o) {
         t->ns_fd = build_template(&fs);
         if (t->ns_fd < 0) t->ns_fd = TEMPLATE_FAILED;
     }
-    t->used = ++g_template_clock;
+    t->used = now_request;
     return t->ns_fd >= 0 ? t->ns_fd : -1;
 }
 

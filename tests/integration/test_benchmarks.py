@@ -51,8 +51,11 @@ def test_bench_sandbox_quick() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_bench_jail_cpu_quick() -> None:
-    report = quick_run("bench_jail_cpu.py", flags=("--runs", "30", "--blocks", "1"))
+@pytest.mark.parametrize("sets", [1, 6])
+def test_bench_jail_cpu_quick(sets: int) -> None:
+    flags = ("--runs", "30", "--blocks", "1", "--mount-sets", str(sets))
+    report = quick_run("bench_jail_cpu.py", flags=flags)
+    assert report["mount_sets"] == sets
     assert set(report["jail_ms"]) == {"machine", "jail", "worker", "rest"}
     assert report["floor_ms"] > 0 and report["jail_ms"]["machine"] > 0
     assert report["jail_ms"]["jail"] > 0 and report["jail_ms"]["worker"] > 0

@@ -220,18 +220,20 @@ async def test_a_host_file_replaced_under_a_bind_is_what_the_next_jail_sees(
 
 @pytest.mark.sandbox
 async def test_jails_with_different_mounts_each_see_only_their_own(tmp_path: Path) -> None:
-    # More sets of mounts than a spawner keeps roots for, taken in turns on one
-    # slot (as compile and run steps of several languages take it). They bind
-    # the same host directory at different places: a root kept for one set
-    # must not serve another because their host paths are the same.
+    # More sets of mounts than a spawner keeps roots for (8), taken in turns on
+    # one slot (as compile and run steps of several languages take it): the
+    # sets past 8 build their own root until a kept one has gone unused for 64
+    # jails, then take its place. They bind the same host directory at
+    # different places: a root kept for one set must not serve another because
+    # their host paths are the same.
     sets = [
         ExecRequest(
             argv=("/bin/ls", "/opt/rewardbus-sets"),
             extra_mounts=(BindMount(tmp_path, f"/opt/rewardbus-sets/set{i}"),),
         )
-        for i in range(6)
+        for i in range(10)
     ]
-    order = [0, 1, 2, 3, 4, 5, 0, 1, 0, 5, 2, 2]
+    order = [*range(10), *[0] * 64, 9, 8, *range(10)]
     async with JailSandbox(JailConfig(pool=PoolConfig(enabled=False))) as sandbox:
         seen = [(await sandbox.execute(sets[i])).stdout for i in order]
     assert seen == [f"set{i}\n".encode() for i in order]
