@@ -190,6 +190,23 @@ def test_bench_test_code_quick() -> None:
 
 
 @pytest.mark.timeout(180)
+def test_bench_layers_quick() -> None:
+    # Its own broker, as the CPU guard's: the broker's CPU is one of its layers.
+    report = quick_run("bench_layers.py")
+    assert set(report["cpu_ms"]) == {
+        "floor",
+        "jail",
+        "harness and executor",
+        "worker service",
+        "broker and aggregator",
+    }
+    for setup, (run,) in report["runs"].items():
+        assert run["wrong"] == 0 and run["completions"] == 20, (setup, run)
+    assert all(cpu > 0 for cpu in report["setup_cpu_ms"].values()), report["setup_cpu_ms"]
+    assert set(report["targets"]) == {"executor_rate", "pipeline_rate", "pipeline_cpu"}
+
+
+@pytest.mark.timeout(180)
 def test_cpu_guard_quick() -> None:
     # A smoke run judges nothing: it checks that the guard still measures every layer
     # (it exits 2 when one reads 0) and reads the committed baseline.
