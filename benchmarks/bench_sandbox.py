@@ -48,6 +48,7 @@ from sandbox_workers.executor import Executor, ExecutorConfig
 from sandbox_workers.extract import extract_code
 from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.jail import JailConfig, JailSandbox
+from sandbox_workers.judging.harness import kept_harness
 from sandbox_workers.languages import discover_toolchains
 from sandbox_workers.pool import PoolConfig
 from sandbox_workers.result_cache import LocalResultCache
@@ -259,7 +260,9 @@ class Setup:
 
 async def make_setup(max_concurrency: int, items: Sequence[Item]) -> Setup:
     toolchains = discover_toolchains(Path(os.environ.get("TMPDIR", "/tmp")))
-    warm_config = JailConfig(pool=PoolConfig(size=max_concurrency, prewarm=1.0))
+    # Zygotes keep the harness loaded, as the worker's do (rewardbus.wiring.build_executor).
+    keep = (kept_harness(JailConfig().cache_dir),)
+    warm_config = JailConfig(pool=PoolConfig(size=max_concurrency, prewarm=1.0, keep_code=keep))
     cold = JailSandbox(JailConfig(pool=PoolConfig(enabled=False)))
     warm, warm_plain = JailSandbox(warm_config), JailSandbox(warm_config)
     config = ExecutorConfig(toolchains=toolchains)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from rewardbus.errors import Unavailable
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox, SandboxFault
 from sandbox_workers.jail import IsolationUnavailable, PoolConfig
+from sandbox_workers.judging.harness import kept_harness
 from sandbox_workers.tools import LiveSession, SessionFactory, SessionLimits
 
 __all__ = [
@@ -45,8 +46,15 @@ def build_executor(options: SandboxOptions) -> Executor:
     # twice that in all, so that a worker judging several interpreted languages at once
     # keeps zygotes for each (five languages in turn, two slots: 7.8 completions/s with
     # 3 zygotes, 14.1/s with 6; docs/languages.md).
-    pool = PoolConfig(size=2 * (options.concurrency + 1), prewarm=0.25)
-    jail = JailConfig(strict=options.strict, pool=pool)
+    # Zygotes keep the judging harness loaded (PoolConfig.keep_code): ~2 ms of CPU
+    # less per Python execution (docs/performance.md).
+    cache_dir = JailConfig().cache_dir
+    pool = PoolConfig(
+        size=2 * (options.concurrency + 1),
+        prewarm=0.25,
+        keep_code=(kept_harness(cache_dir),),
+    )
+    jail = JailConfig(strict=options.strict, pool=pool, cache_dir=cache_dir)
     try:
         sandbox = JailSandbox(jail)
     except IsolationUnavailable as exc:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["Artifact", "CacheStats", "CompileCache", "artifact_key"]
+__all__ = ["Artifact", "CacheStats", "CompileCache", "artifact_key", "replace_file"]
 
 _FORMAT = "rewardbus-artifact-v1"
 
@@ -158,15 +158,22 @@ class CompileCache:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename: readers never see a partial entry.
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(msgspec.msgpack.encode(artifact))
-            os.replace(temporary, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        with contextlib.suppress(OSError):
+            replace_file(path, msgspec.msgpack.encode(artifact))
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file, then rename it to ``path``: a reader never sees
+    a partial file, and concurrent writers of the same content do not collide."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _cancelling() -> bool:

@@ -49,6 +49,8 @@ _log = logging.getLogger(__name__)
 _ZYGOTE_LIFETIME_MS = 10 * 365 * 24 * 3600 * 1000
 # Where a fork-at-open zygote's jail shows librbjail-warm.so (preloaded).
 _WARM_LIBRARY = "/.rbjail/warm.so"
+# Where a Python zygote's jail shows the code files it keeps loaded (PoolConfig.keep_code).
+_KEPT_CODE = "/.rbjail/kept"
 # While it starts, a zygote imports modules: generous limits, replaced per execution.
 _ZYGOTE_START_MEMORY = 512 << 20
 _ZYGOTE_START_PROCESSES = 16
@@ -184,9 +186,13 @@ class ZygoteStarter:
                 env["RBJAIL_WARM_ON_READ"] = "1"
             command = [profile.interpreter, *profile.options]
         else:
+            kept = [f"{_KEPT_CODE}/{i}.marshal" for i in range(len(pool.keep_code))]
+            for host, target in zip(pool.keep_code, kept, strict=True):
+                options += ["--ro", str(host), target]
             settings = json.dumps(
                 {
                     "preload": list(pool.preload),
+                    "keep_code": kept,
                     "fresh_net": self._config.fresh_net,
                     "loopback": self._config.loopback,
                 }

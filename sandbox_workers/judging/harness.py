@@ -12,13 +12,15 @@ back is typed in :mod:`.protocol`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import marshal
 import secrets
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from sandbox_workers.compile_cache import artifact_key
+from sandbox_workers.compile_cache import artifact_key, replace_file
 from sandbox_workers.judging import pyharness
 from sandbox_workers.judging.jsharness import JS_HARNESS
 from sandbox_workers.judging.protocol import (
@@ -39,6 +41,7 @@ __all__ = [
     "HarnessPlan",
     "TestCodeCache",
     "harness_languages",
+    "kept_harness",
     "new_markers",
     "parse_records",
     "stdin_harness_languages",
@@ -220,6 +223,23 @@ def strip_markers(stdout: bytes, markers: list[str]) -> bytes:
             continue
         kept.append(line)
     return b"\n".join(kept)
+
+
+def kept_harness(cache_dir: Path) -> Path:
+    """The Python harness, byte for byte as this process writes it into executions,
+    saved under the jail's ``cache_dir`` for warm zygotes to keep loaded
+    (``PoolConfig.keep_code``).
+
+    Named by its digest: marshal's output can differ between processes (it marks
+    objects by their reference counts), so each process keeps its own bytes.
+    """
+    data = _harness_source("python")
+    directory = cache_dir / "kept"
+    path = directory / f"harness-{hashlib.sha256(data).hexdigest()[:32]}.marshal"
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        replace_file(path, data)
+    return path
 
 
 @functools.cache

@@ -66,7 +66,11 @@ starts one frame deeper (the zygote program's module frame), so the recursion
 limit is reached a frame or two earlier; ``peak_memory_kb`` includes the
 zygote's pages the program maps, as a cold run's includes the fresh
 interpreter's; ``/proc/self/exe`` is the interpreter, as cold, and
-``/proc/self/cmdline`` is the request's argv.
+``/proc/self/cmdline`` is the request's argv; a compiled entry whose bytes are
+a file the pool keeps (``PoolConfig.keep_code``: the worker's judging harness)
+runs the zygote's code object, the same code a cold run unmarshals, and
+``sys.modules`` shows it (``_rewardbus_kept``); the zygote sees those files
+read-only under ``/.rbjail/kept``, and so do its executions.
 
 Ruby, PHP, R and Racket are pooled too, by a zygote that forks where the
 interpreter first opens a file its launch names (``Launch.warm_after``; R: its

@@ -55,6 +55,8 @@ from typing import Any, NoReturn
 
 _JAIL_FAULT = 125
 _NAMESPACES = ("mnt", "pid", "ipc")
+# Where an execution finds the code objects this zygote keeps (see _keep_code).
+_KEPT_MODULE = "_rewardbus_kept"
 
 
 class _ZygoteSpec(ctypes.Structure):
@@ -127,6 +129,7 @@ def main() -> _Program:
     for name in config["preload"]:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    _keep_code(config["keep_code"])
     fresh_net = bool(config["fresh_net"])
     namespaces = list(_NAMESPACES) + (["net"] if fresh_net else [])
     own = [os.open(f"/proc/self/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in namespaces]
@@ -151,6 +154,32 @@ def main() -> _Program:
     # reseeding) has not happened yet.
     ctypes.pythonapi.PyOS_AfterFork_Child()
     return _program(memfd, status_fd.value)
+
+
+def _keep_code(paths: list[str]) -> None:
+    """Load the worker's code files now, before forking (``PoolConfig.keep_code``).
+
+    An execution's compiled bootstrap (``languages.python``) looks its entry file's
+    bytes up in ``sys.modules[_KEPT_MODULE].code`` and runs the code object found
+    there, in pages it shares with this zygote, instead of unmarshalling a copy of
+    its own: in a forked interpreter that cost ~2 ms of copy-on-write faults (the
+    judging harness, 88 kB of marshal). A file that cannot be loaded is skipped:
+    its executions load their own, as without a zygote.
+    """
+    code: dict[bytes, types.CodeType] = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            loaded = marshal.loads(data)  # noqa: S302 - the worker's own file, bound read-only
+        except (OSError, ValueError, EOFError, TypeError):
+            continue
+        if isinstance(loaded, types.CodeType):
+            code[data] = loaded
+    if code:
+        kept = types.ModuleType(_KEPT_MODULE)
+        vars(kept)["code"] = code
+        sys.modules[_KEPT_MODULE] = kept
 
 
 # ---------------------------------------------------------------------- the program

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import marshal
 import os
 import signal
 import uuid
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox, build
+from sandbox_workers.judging.harness import _harness_source, kept_harness
+from sandbox_workers.languages.python import _BOOTSTRAP_COMPILED
 from sandbox_workers.pool import PoolConfig, pooled_command, shadowed_modules
 from sandbox_workers.pool.zygote import _RequestHead
 from sandbox_workers.sandbox import ExecRequest, ExecResult
@@ -437,3 +440,53 @@ async def test_concurrent_warm_executions_keep_to_themselves(warm: JailSandbox) 
     results = await asyncio.gather(*(warm.execute(py(code, f"f{i}")) for i in range(6)))
     for i, result in enumerate(results):
         assert json.loads(result.stdout) == [f"f{i}"]
+
+
+# ---------------------------------------------------------------------- kept code
+
+# Prints whether the code object running it is one the zygote keeps (PoolConfig.keep_code).
+_KEPT_PROBE = (
+    "import sys\n"
+    "running = sys._getframe().f_code\n"
+    "kept = getattr(sys.modules.get('_rewardbus_kept'), 'code', {}).values()\n"
+    "print(any(running is code for code in kept), __file__)\n"
+)
+
+
+@pytest.mark.sandbox
+async def test_a_zygote_hands_over_only_the_code_it_keeps(tmp_path: Path) -> None:
+    """An execution of a kept file's very bytes runs the zygote's code object; any
+    other file (one byte off) and any cold run load their own, and run the same."""
+    kept = marshal.dumps(compile(_KEPT_PROBE, "probe.py", "exec"))
+    other = marshal.dumps(compile(_KEPT_PROBE + "pass\n", "probe.py", "exec"))
+    assert kept != other
+    (tmp_path / "probe.marshal").write_bytes(kept)
+    sandbox = strict_sandbox(
+        PoolConfig(size=1, prewarm=1.0, keep_code=(tmp_path / "probe.marshal",))
+    )
+    cold = strict_sandbox(PoolConfig(enabled=False))
+    try:
+        for data, expected in ((kept, b"True entry.marshal\n"), (other, b"False entry.marshal\n")):
+            request = py(_BOOTSTRAP_COMPILED, "entry.marshal", files={"entry.marshal": data})
+            served = sandbox.pool_stats.served if sandbox.pool_stats else 0
+            warm_result = await sandbox.execute(request)
+            assert sandbox.pool_stats is not None and sandbox.pool_stats.served == served + 1
+            assert (warm_result.exit_code, warm_result.stdout, warm_result.stderr) == (
+                0,
+                expected,
+                b"",
+            )
+            cold_result = await cold.execute(request)
+            assert cold_result.stdout == b"False entry.marshal\n", cold_result
+    finally:
+        sandbox.close()
+        cold.close()
+
+
+def test_the_kept_harness_is_the_one_executions_get(tmp_path: Path) -> None:
+    """What zygotes keep is byte for byte the harness the executor writes (else no
+    execution would find it), saved once under its digest."""
+    path = kept_harness(tmp_path)
+    assert path.read_bytes() == _harness_source("python")
+    assert kept_harness(tmp_path) == path
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [path.name]
