@@ -140,6 +140,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_isolation.py
 	$(BIN)/python benchmarks/bench_sandbox.py
 	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_layers.py
 	$(BIN)/python benchmarks/bench_io.py
 	$(BIN)/python benchmarks/bench_suites.py
 	$(BIN)/python benchmarks/bench_languages.py
