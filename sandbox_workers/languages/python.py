@@ -29,7 +29,7 @@ _BOOTSTRAP = (
 # (the worker's own harness, never user input: see judging.harness). A warm zygote
 # that keeps the same file's code loaded (PoolConfig.keep_code, pool.zygote_main's
 # _keep_code) hands over its own object: unmarshalling a copy in a forked
-# interpreter costs ~2 ms of copy-on-write faults.
+# interpreter costs ~1 ms, mostly copy-on-write faults.
 _BOOTSTRAP_COMPILED = (
     "import site, sys; site.setquit(); del sys.argv[0], site; __file__ = sys.argv[0]; "
     "exec((lambda data: getattr(sys.modules.get('_rewardbus_kept'), 'code', {}).get(data) "

@@ -71,7 +71,7 @@ class PoolConfig:
     user input) that a Python zygote loads before forking too: an execution whose
     compiled entry file has the same bytes runs the zygote's code object instead of
     loading its own (``languages.python``), which in a forked interpreter costs
-    ~2 ms of copy-on-write faults, every string and constant written afresh.
+    ~1 ms, mostly copy-on-write faults: every string and constant written afresh.
     """
 
     enabled: bool = True

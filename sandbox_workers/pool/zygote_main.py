@@ -162,9 +162,9 @@ def _keep_code(paths: list[str]) -> None:
     An execution's compiled bootstrap (``languages.python``) looks its entry file's
     bytes up in ``sys.modules[_KEPT_MODULE].code`` and runs the code object found
     there, in pages it shares with this zygote, instead of unmarshalling a copy of
-    its own: in a forked interpreter that cost ~2 ms of copy-on-write faults (the
-    judging harness, 88 kB of marshal). A file that cannot be loaded is skipped:
-    its executions load their own, as without a zygote.
+    its own: in a forked interpreter that cost ~1 ms, mostly copy-on-write faults
+    (the judging harness, 88 kB of marshal; docs/performance.md). A file that
+    cannot be loaded is skipped: its executions load their own, as without a zygote.
     """
     code: dict[bytes, types.CodeType] = {}
     for path in paths:
