@@ -748,6 +748,11 @@ def _libc_prctl() -> Callable[..., int] | None:
         return None
 
 
+# Looked up as the module loads: a warm zygote runs this body once for all its
+# executions (pool.zygote_main's _keep_code), a cold run once for itself.
+_libc_prctl()
+
+
 # --- in the child ------------------------------------------------------------
 
 
@@ -1053,7 +1058,12 @@ def compile_suite(
 
 
 def guard_names() -> tuple[str, str, str]:
-    """The names the guard's functions take in the tests' namespace (drawn at import)."""
+    """The names the guard's functions take in the tests' namespace.
+
+    Drawn when the module loads: per worker process for the suites it compiles
+    (sent in the spec), per warm zygote or cold run for a suite the harness
+    compiles itself.
+    """
     return _GUARD, _CHAIN, _BUILTINS
 
 

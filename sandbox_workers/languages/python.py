@@ -27,9 +27,10 @@ _BOOTSTRAP = (
 )
 # The same for an entry that is a marshalled code object made by this interpreter
 # (the worker's own harness, never user input: see judging.harness). A warm zygote
-# that keeps the same file's code loaded (PoolConfig.keep_code, pool.zygote_main's
-# _keep_code) hands over its own object: unmarshalling a copy in a forked
-# interpreter costs ~1 ms, mostly copy-on-write faults.
+# that keeps the same file's module loaded and run (PoolConfig.keep_code,
+# pool.zygote_main's _keep_code) hands over a line that calls its main(): loading
+# and running a copy of the module in a forked interpreter costs 2-3 ms, mostly
+# copy-on-write faults.
 _BOOTSTRAP_COMPILED = (
     "import site, sys; site.setquit(); del sys.argv[0], site; __file__ = sys.argv[0]; "
     "exec((lambda data: getattr(sys.modules.get('_rewardbus_kept'), 'code', {}).get(data) "

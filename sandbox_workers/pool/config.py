@@ -67,11 +67,13 @@ class PoolConfig:
     Network: consecutive executions of a zygote share a (loopback-only) network
     namespace as a slot's cold jails do (``JailConfig.fresh_net``).
     ``preload`` are modules imported before forking. ``keep_code`` are host files of
-    marshalled code objects (the worker's own, such as the judging harness; never
-    user input) that a Python zygote loads before forking too: an execution whose
-    compiled entry file has the same bytes runs the zygote's code object instead of
-    loading its own (``languages.python``), which in a forked interpreter costs
-    ~1 ms, mostly copy-on-write faults: every string and constant written afresh.
+    marshalled modules (the worker's own, such as the judging harness; never user
+    input; a body that only defines, and a ``main()`` run when it is ``__main__``)
+    that a Python zygote loads and runs before forking too: an execution whose
+    compiled entry file has the same bytes calls the zygote's ``main()`` instead of
+    loading and running its own copy (``languages.python``), which in a forked
+    interpreter costs 2-3 ms, mostly copy-on-write faults: every constant, function
+    object and global written afresh.
     """
 
     enabled: bool = True

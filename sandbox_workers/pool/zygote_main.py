@@ -157,16 +157,23 @@ def main() -> _Program:
 
 
 def _keep_code(paths: list[str]) -> None:
-    """Load the worker's code files now, before forking (``PoolConfig.keep_code``).
+    """Load and run the worker's code modules now, before forking (``PoolConfig.keep_code``).
 
-    An execution's compiled bootstrap (``languages.python``) looks its entry file's
-    bytes up in ``sys.modules[_KEPT_MODULE].code`` and runs the code object found
-    there, in pages it shares with this zygote, instead of unmarshalling a copy of
-    its own: in a forked interpreter that cost ~1 ms, mostly copy-on-write faults
-    (the judging harness, 88 kB of marshal; docs/performance.md). A file that
-    cannot be loaded is skipped: its executions load their own, as without a zygote.
+    Each file is a marshalled module whose body only defines (its ``main()`` runs
+    when it is ``__main__``, as the judging harness's does). Its body runs here,
+    once, under a name that is not ``__main__``. An execution's compiled bootstrap
+    (``languages.python``) looks its entry file's bytes up in
+    ``sys.modules[_KEPT_MODULE].code`` and runs what it finds there: a line that
+    calls that module's ``main()`` and exits with its result, as the module run as
+    ``__main__`` would. So the execution neither unmarshals the code nor runs its
+    body: in a forked interpreter those cost ~1 ms and ~1-2 ms, mostly
+    copy-on-write faults (every constant, function object and global written
+    afresh; the judging harness, docs/performance.md). A file that cannot be
+    loaded, or whose body fails or defines no ``main``, is skipped: its executions
+    load and run their own, as without a zygote.
     """
     code: dict[bytes, types.CodeType] = {}
+    mains: list[Any] = []
     for path in paths:
         try:
             with open(path, "rb") as handle:
@@ -174,11 +181,22 @@ def _keep_code(paths: list[str]) -> None:
             loaded = marshal.loads(data)  # noqa: S302 - the worker's own file, bound read-only
         except (OSError, ValueError, EOFError, TypeError):
             continue
-        if isinstance(loaded, types.CodeType):
-            code[data] = loaded
+        if not isinstance(loaded, types.CodeType):
+            continue
+        module = types.ModuleType(f"{_KEPT_MODULE}_{len(mains)}")
+        try:
+            exec(loaded, vars(module))  # noqa: S102 - the worker's own module, defining only
+        except Exception:  # noqa: BLE001, S112 - skipped: its executions run their own copy
+            continue
+        main = vars(module).get("main")
+        if not callable(main):
+            continue
+        entry = f"raise SystemExit(__import__({_KEPT_MODULE!r}).mains[{len(mains)}]())"
+        code[data] = compile(entry, path, "exec", dont_inherit=True)
+        mains.append(main)
     if code:
         kept = types.ModuleType(_KEPT_MODULE)
-        vars(kept)["code"] = code
+        vars(kept).update(code=code, mains=mains)
         sys.modules[_KEPT_MODULE] = kept
 
 

@@ -444,19 +444,26 @@ async def test_concurrent_warm_executions_keep_to_themselves(warm: JailSandbox) 
 
 # ---------------------------------------------------------------------- kept code
 
-# Prints whether the code object running it is one the zygote keeps (PoolConfig.keep_code).
+# A kept module (PoolConfig.keep_code): its main() prints the name of the module
+# it runs in (the zygote's own, or __main__) and the entry file's name, and sets
+# the status. Its body counts its runs in the execution.
 _KEPT_PROBE = (
     "import sys\n"
-    "running = sys._getframe().f_code\n"
-    "kept = getattr(sys.modules.get('_rewardbus_kept'), 'code', {}).values()\n"
-    "print(any(running is code for code in kept), __file__)\n"
+    "runs = getattr(sys, 'probe_runs', 0) + 1\n"
+    "sys.probe_runs = runs\n"
+    "def main():\n"
+    "    print(__name__, sys.argv[0], sys.probe_runs - runs)\n"
+    "    return 3\n"
+    "if __name__ == '__main__':\n"
+    "    sys.exit(main())\n"
 )
 
 
 @pytest.mark.sandbox
-async def test_a_zygote_hands_over_only_the_code_it_keeps(tmp_path: Path) -> None:
-    """An execution of a kept file's very bytes runs the zygote's code object; any
-    other file (one byte off) and any cold run load their own, and run the same."""
+async def test_a_zygote_runs_only_the_modules_it_keeps(tmp_path: Path) -> None:
+    """An execution of a kept file's very bytes calls the main() of the module the
+    zygote ran before forking, and exits with its result; any other file (one byte
+    off) and any cold run load and run their own, to the same end."""
     kept = marshal.dumps(compile(_KEPT_PROBE, "probe.py", "exec"))
     other = marshal.dumps(compile(_KEPT_PROBE + "pass\n", "probe.py", "exec"))
     assert kept != other
@@ -466,18 +473,24 @@ async def test_a_zygote_hands_over_only_the_code_it_keeps(tmp_path: Path) -> Non
     )
     cold = strict_sandbox(PoolConfig(enabled=False))
     try:
-        for data, expected in ((kept, b"True entry.marshal\n"), (other, b"False entry.marshal\n")):
+        for data, expected in (
+            (kept, b"_rewardbus_kept_0 entry.marshal 0\n"),
+            (other, b"__main__ entry.marshal 0\n"),
+        ):
             request = py(_BOOTSTRAP_COMPILED, "entry.marshal", files={"entry.marshal": data})
             served = sandbox.pool_stats.served if sandbox.pool_stats else 0
             warm_result = await sandbox.execute(request)
             assert sandbox.pool_stats is not None and sandbox.pool_stats.served == served + 1
             assert (warm_result.exit_code, warm_result.stdout, warm_result.stderr) == (
-                0,
+                3,
                 expected,
                 b"",
             )
             cold_result = await cold.execute(request)
-            assert cold_result.stdout == b"False entry.marshal\n", cold_result
+            assert (cold_result.exit_code, cold_result.stdout) == (
+                3,
+                b"__main__ entry.marshal 0\n",
+            ), cold_result
     finally:
         sandbox.close()
         cold.close()
