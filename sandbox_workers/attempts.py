@@ -21,7 +21,8 @@ never judged (the worker waits for the ack first); a lost tombstone or count
 restore only counts one start too many, and only for a record that is redelivered
 anyway. Every worker replays the whole topic (it holds one live entry per record
 in flight) and, on each assignment, waits until it has read everything written
-before it, so a new owner sees its predecessor's last write.
+before it, so a new owner sees its predecessor's last write (no record of them
+is admitted before that).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class Admission(Protocol):
         """Return once the counts of newly assigned partitions' last owners are known."""
         ...
 
-    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+    async def refusal(self, tp: TopicPartition, offset: int) -> str | None:
         """Why this record is not to be judged again (it is dead-lettered unjudged), or None."""
         ...
 
@@ -185,7 +186,7 @@ class AdmitAll:
     async def caught_up(self) -> None:
         return
 
-    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+    async def refusal(self, tp: TopicPartition, offset: int) -> str | None:
         return None
 
     async def refused(self, tp: TopicPartition, offset: int) -> None:
@@ -204,12 +205,23 @@ class Quarantine:
         self._ledger = ledger
         self._after = after
         self._suspects = SuspectGate()
+        # Set once the ledger holds what the last owners of this worker's partitions
+        # wrote. The consumer hands records of new partitions over while their
+        # assignment's callback (caught_up) still runs, and a record judged before
+        # its count is read starts counting afresh: a record that kills every
+        # worker would never reach the limit.
+        self._current = asyncio.Event()
 
     async def caught_up(self) -> None:
         # Before any record of the new partitions: what their last owner counted.
-        await self._ledger.caught_up()
+        self._current.clear()
+        try:
+            await self._ledger.caught_up()
+        finally:
+            self._current.set()  # (a catch-up that failed stops nobody for ever)
 
-    def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+    async def refusal(self, tp: TopicPartition, offset: int) -> str | None:
+        await self._current.wait()
         died = self._ledger.died_in(tp, offset)
         if died < self._after:
             return None

@@ -107,7 +107,7 @@ class RecordJudge:
         with tracer.start_as_current_span(
             "judge completion", context=produced, kind=SpanKind.CONSUMER, attributes=attrs
         ) as span:
-            refusal = self._admission.refusal(tp, record.offset)
+            refusal = await self._admission.refusal(tp, record.offset)
             if refusal is not None:
                 await self._quarantine(tp, record, refusal, span)
                 return
