@@ -5,7 +5,8 @@ input triggers) is redelivered to the next member of the group, which dies on it
 too: one record kills worker after worker. So before a worker judges a record it
 writes the record's start count to the compacted attempts topic (key
 ``topic:partition:offset``) and waits for the ack; when the record is done (its
-reward or dead letter acknowledged) it writes a tombstone, and when it gives the
+reward or dead letter acknowledged) it writes a tombstone (with its next start's
+write, in the same produce request, or alone within 50 ms), and when it gives the
 record back unfinished on a graceful stop (the drain deadline) it writes the
 previous count back. An entry that outlives its worker therefore counts starts
 that died with their worker, and it survives restarts, rebalances and the broker
@@ -22,7 +23,8 @@ restore only counts one start too many, and only for a record that is redelivere
 anyway. Every worker replays the whole topic (it holds one live entry per record
 in flight) and, on each assignment, waits until it has read everything written
 before it, so a new owner sees its predecessor's last write (no record of them
-is admitted before that).
+is admitted before that). It follows the topic in fetches the broker holds for up
+to 100 ms: between assignments nothing reads the other workers' entries.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from kafkaio import (
     Clients,
     CompactedTopicReader,
     Delivery,
+    KafkaIOError,
     Lifecycle,
     Producer,
     TopicPartition,
@@ -50,21 +53,56 @@ __all__ = ["Admission", "AdmitAll", "AttemptLedger", "Quarantine", "SuspectGate"
 log = logging.getLogger(__name__)
 
 
+# How long a finished record's tombstone waits for the next start's write (finish).
+TOMBSTONE_DELAY_S = 0.05
+# How long the ledger's follower lets the broker hold a fetch for more entries.
+_FOLLOW_WAIT_MS = 100
+
+
 class AttemptLedger(Lifecycle):
     """Start counts of the completion records in flight anywhere in the group."""
 
-    def __init__(self, clients: Clients, producer: Producer, topic: str, *, worker_id: str) -> None:
+    def __init__(
+        self,
+        clients: Clients,
+        producer: Producer,
+        topic: str,
+        *,
+        worker_id: str,
+        tombstone_delay_s: float = TOMBSTONE_DELAY_S,
+    ) -> None:
         self._producer = producer
         self._topic = topic
         self._worker_id = worker_id
         self._counts: dict[bytes, int] = {}
-        self._reader = CompactedTopicReader(clients, topic, self._apply)
+        self._tombstone_delay_s = tombstone_delay_s
+        # Keys of finished records whose tombstones wait for the next write (see finish).
+        self._finished: list[bytes] = []
+        self._flush: asyncio.TimerHandle | None = None
+        self._flushing: set[asyncio.Task[None]] = set()
+        # Its entries matter to a record's next owner, which waits for them on
+        # assignment (caught_up): no fetch answered for every entry of every
+        # worker. Each answered at once cost ~1.3 ms of CPU per completion
+        # (worker and broker, 2 workers; docs/performance.md).
+        self._reader = CompactedTopicReader(
+            clients,
+            topic,
+            self._apply,
+            fetch_min_bytes=1 << 20,
+            fetch_max_wait_ms=_FOLLOW_WAIT_MS,
+        )
 
     async def start(self) -> None:
         """Replay the ledger and keep following it."""
         await self._reader.start()
 
     async def stop(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        with contextlib.suppress(KafkaIOError):  # best effort, as every tombstone
+            await self._send_tombstones()
+        await asyncio.gather(*self._flushing, return_exceptions=True)
         await self._reader.stop()
 
     async def caught_up(self, timeout_s: float = 30.0) -> None:
@@ -80,6 +118,8 @@ class AttemptLedger(Lifecycle):
         key = attempt_key(tp.topic, tp.partition, offset)
         count = self._counts.get(key, 0) + 1
         entry = Attempt(count=count, worker_id=self._worker_id)
+        # The tombstones waiting go in the same produce request as this start.
+        await self._send_tombstones()
         # Judging waits on this write, whatever the broker does (as a dead letter would).
         await send_with_retries(
             self._producer, self._topic, encode(entry), key=key, attempts=0, backoff_s=0.5
@@ -88,9 +128,36 @@ class AttemptLedger(Lifecycle):
         return count
 
     async def finish(self, tp: TopicPartition, offset: int) -> None:
-        """The record is done: forget it (a tombstone; not waited for, see the module doc)."""
+        """The record is done: forget it (a tombstone; not waited for, see the module doc).
+
+        The tombstone rides with the next start's write, or goes out alone after
+        ``tombstone_delay_s`` (or at stop): sent on its own, each cost ~1.5 ms of
+        CPU per completion, worker and broker together (docs/performance.md). A
+        crash before it is sent counts one start too many, as a lost tombstone does.
+        """
         key = attempt_key(tp.topic, tp.partition, offset)
-        if self._counts.pop(key, None) is not None:
+        if self._counts.pop(key, None) is None:
+            return
+        self._finished.append(key)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(
+                self._tombstone_delay_s, self._flush_later
+            )
+
+    def _flush_later(self) -> None:
+        self._flush = None
+        task = asyncio.create_task(self._send_tombstones())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("attempts ledger tombstones not sent: %s", task.exception())
+
+    async def _send_tombstones(self) -> None:
+        finished, self._finished = self._finished, []
+        for key in finished:
             _logged(await self._producer.send(self._topic, None, key=key))
 
     async def give_back(self, tp: TopicPartition, offset: int) -> None:
