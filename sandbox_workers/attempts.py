@@ -82,8 +82,8 @@ class AttemptLedger(Lifecycle):
         self._flushing: set[asyncio.Task[None]] = set()
         # Its entries matter to a record's next owner, which waits for them on
         # assignment (caught_up): no fetch answered for every entry of every
-        # worker. Each answered at once cost ~1.3 ms of CPU per completion
-        # (worker and broker, 2 workers; docs/performance.md).
+        # worker. Answered at once, those fetches cost ~2-2.5 ms of CPU per
+        # completion (workers and broker, 2 workers; docs/performance.md).
         self._reader = CompactedTopicReader(
             clients,
             topic,
