@@ -46,8 +46,8 @@ def build_executor(options: SandboxOptions) -> Executor:
     # twice that in all, so that a worker judging several interpreted languages at once
     # keeps zygotes for each (five languages in turn, two slots: 7.8 completions/s with
     # 3 zygotes, 14.1/s with 6; docs/languages.md).
-    # Zygotes keep the judging harness loaded (PoolConfig.keep_code): ~0.6 ms of CPU
-    # less per warm Python execution (docs/performance.md).
+    # Zygotes keep the judging harness's module loaded and run (PoolConfig.keep_code):
+    # ~1.7-1.9 ms of CPU less per warm Python execution (docs/performance.md).
     cache_dir = JailConfig().cache_dir
     pool = PoolConfig(
         size=2 * (options.concurrency + 1),
