@@ -250,8 +250,14 @@ class SuiteRunner:
     async def stdin_tests(
         self, program: Program, cases: Sequence[tuple[str, str]], judge: OutputJudge
     ) -> SuiteRun:
-        """One execution per (input, expected) case, or one run of the language's harness."""
-        if program.language.name in stdin_harness_languages() and cases:
+        """One execution per (input, expected) case, or runs of the language's harness.
+
+        A single case runs as an execution of its own, the program as its main: the
+        jail already is what the harness rebuilds per test (limits, streams, a fresh
+        process, the record), and the harness's fork of the interpreter for its one
+        test nearly doubled the execution's CPU and wall time (a trivial program,
+        ``benchmarks/bench_pipeline.py --phases trivial``: docs/performance.md)."""
+        if program.language.name in stdin_harness_languages() and len(cases) > 1:
             _, files = program.language.test_io(program.source, cases[0][0])
             if not files:
                 return await self._stdin_harness_tests(program, cases, judge)

@@ -1,5 +1,8 @@
 """Python stdin/stdout tests run by the harness (a fork per test): as a fresh interpreter runs them.
 
+A suite of one test runs as an execution of its own instead; the failure tests
+run both shapes and expect the same verdicts.
+
 Each test's program runs as ``python solution.py`` would: ``__main__``, its own
 standard streams, exit statuses and tracebacks as the interpreter makes them,
 non-daemon threads joined, ``atexit`` run. Every limit holds per test, and
@@ -95,15 +98,20 @@ async def test_a_program_runs_as_a_fresh_interpreter_runs_it(executor: Executor,
         ("print(6)", WA, "expected '5', got '6'"),
     ],
 )
+@pytest.mark.parametrize("count", [1, 2], ids=["alone", "harness"])
 async def test_each_way_a_test_can_fail_is_its_verdict(
-    executor: Executor, code: str, verdict: Verdict, message: str
+    executor: Executor, code: str, verdict: Verdict, message: str, count: int
 ) -> None:
-    event = await judge(executor, code, ["2 3\n"], ["5"])
-    assert verdicts(event) == [verdict], event.tests
-    assert message in event.tests[0].message
+    """A single test is an execution of its own; two go through the harness: the same verdicts."""
+    event = await judge(executor, code, ["2 3\n"] * count, ["5"] * count)
+    assert verdicts(event) == [verdict] * count, event.tests
+    assert all(message in test.message for test in event.tests), event.tests
 
 
-async def test_the_cpu_time_of_a_test_s_child_processes_is_its_own(executor: Executor) -> None:
+@pytest.mark.parametrize("count", [1, 2], ids=["alone", "harness"])
+async def test_the_cpu_time_of_a_test_s_child_processes_is_its_own(
+    executor: Executor, count: int
+) -> None:
     forks = (
         "import os, time\n"
         "if os.fork() == 0:\n"
@@ -111,9 +119,9 @@ async def test_the_cpu_time_of_a_test_s_child_processes_is_its_own(executor: Exe
         "    while True:\n        pass\n"
         "time.sleep(5)\n"
     )
-    event = await judge(executor, forks, ["1\n"], ["1"])
-    assert verdicts(event) == [TLE], event.tests
-    assert event.tests[0].message.startswith("cpu limit")
+    event = await judge(executor, forks, ["1\n"] * count, ["1"] * count)
+    assert verdicts(event) == [TLE] * count, event.tests
+    assert all(test.message.startswith("cpu limit") for test in event.tests), event.tests
 
 
 # Test 1 leaves everything it can; test 2 looks for it.
