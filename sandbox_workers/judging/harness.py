@@ -132,6 +132,12 @@ class HarnessPlan:
     compiled: CompiledTests | None = None
 
     @property
+    def alone(self) -> bool:
+        """Whether the harness runs this plan's only test in its own process (Python's,
+        a function-call or assert test): the execution's limits are the test's."""
+        return self.language == "python" and self.mode != "stdin" and len(self.tests) == 1
+
+    @property
     def entry(self) -> str:
         """The harness script's file name (what the interpreter runs)."""
         return _SCRIPTS[self.language][0]

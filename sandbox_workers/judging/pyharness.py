@@ -9,6 +9,11 @@ that test. After each test every process the test left (one that escaped its
 process group too) is killed, and the files it left in /work, /tmp and
 /dev/shm are removed, so the next test starts as a new execution would.
 
+A suite's only function-call or assert test (HumanEval's ``check``) runs in the
+harness's own process instead (:func:`_alone`): there is no other test to keep
+it from, and the jail ends the execution at the test's own limits. The fork of
+the interpreter was ~2.3 ms of a warm HumanEval execution's ~7.4 ms of CPU.
+
 A stdin test (``mode: "stdin"``) runs the program as ``__main__`` the way a
 fresh ``python solution.py`` would (its own ``sys.stdin``, ``sys.stdout`` and
 ``sys.stderr`` on the test's input and two pipes, ``SystemExit`` and uncaught
@@ -40,7 +45,9 @@ from stdin only after child *i* is dead, so no child ever holds its own marker
 in memory; each child replaces its stdin with /dev/null before any program code
 runs; and the parent makes itself non-dumpable, which keeps other processes of
 the same uid out of ``/proc/<parent>/fd/0``. The worker takes the first record
-per marker, so a later test cannot overwrite an earlier one.
+per marker, so a later test cannot overwrite an earlier one. A test run alone
+could find its marker in the harness's memory and forge its own record, as a
+child can through the pipe its record goes by; no test can forge another's.
 
 Assert tests compare the program's values in the program's own process, so a value
 whose ``__eq__`` always answers True (a class of the program's, a subclass of int)
@@ -127,6 +134,8 @@ def main() -> int:
     extra_s = float(spec["wall_extra_s"])
     stretch = float(spec["wall_stretch"])
     marker_bytes = int(spec["marker_bytes"])
+    if len(tests) == 1 and isinstance(tests[0], _Isolated) and budget_s > 0.001:
+        return _alone(tests[0], min(float(spec["time_s"]), budget_s), marker_bytes)
     # A single test (HumanEval's check) leaves nothing any test of ours could see.
     given = _Given.now() if len(tests) > 1 else None
     ran = False
@@ -219,8 +228,21 @@ def _assert_tests(spec: dict[str, Any]) -> tuple[CodeType, list[CodeType | None]
     return setup, cases
 
 
+class _Isolated:
+    """A function-call or assert test: run in a forked child of its own, or, as a
+    suite's only test, in the harness's own process (:func:`_alone`)."""
+
+    __slots__ = ("job", "memory_mb")
+
+    def __init__(self, job: Callable[[], Record], memory_mb: int) -> None:
+        self.job, self.memory_mb = job, memory_mb
+
+    def __call__(self, cpu_s: float, wall_s: float, cap_s: float) -> Record:
+        return _run_isolated(self.job, cpu_s, wall_s, cap_s, self.memory_mb)
+
+
 def _bind_isolated(job: Callable[[], Record], memory_mb: int) -> Test:
-    return lambda cpu_s, wall_s, cap_s: _run_isolated(job, cpu_s, wall_s, cap_s, memory_mb)
+    return _Isolated(job, memory_mb)
 
 
 def _bind_stdin(program: CodeType, text: str, caps: tuple[int, int]) -> Test:
@@ -304,6 +326,63 @@ def _run_stdin(
         "cpu_ms": round(ended.cpu_ms, 3),
         "peak_memory_kb": usage.ru_maxrss if usage is not None else 0,
     }
+
+
+def _alone(test: _Isolated, cpu_s: float, marker_bytes: int) -> int:
+    """A suite's only function-call or assert test, run in this process; its record
+    written, this process ends (``os._exit``: no thread of the program's is joined,
+    no ``atexit`` of its run, as in a test's child).
+
+    Its marker is read first and stdin replaced by /dev/null before the program runs,
+    as a child's is. What a child adds for one test, the jail already gives: its
+    limits (the worker sets the execution's to the test's own, see
+    ``runner._harness``), a process of its own, the processes it leaves killed at
+    its end. A test can forge its own record either way (a child holds the pipe
+    its record goes through; here it could find the marker in memory), as the
+    module docstring says; the record of another test it cannot, there is none.
+    """
+    marker = _read_marker(marker_bytes)
+    if marker is None:
+        return 2
+    try:
+        payload = _encode(_run_alone(test, cpu_s))
+    except BaseException as exc:  # noqa: BLE001 - the test must always have a record
+        payload = json.dumps({"verdict": "runtime_error", "message": _describe(exc)}).encode()
+    for stream in (sys.stdout, sys.stderr):
+        # The program's own output goes before the record. It may have closed or replaced it.
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    _write_all(1, b"\n" + marker + b" " + payload + b"\n")
+    os._exit(0)
+
+
+def _run_alone(test: _Isolated, cpu_s: float) -> Record:
+    """The test's record, with its CPU time (every process of the test, as a child's
+    is measured) and wall time; over ``cpu_s`` it is a time limit, as a child killed
+    at its limit would be (the jail kills a test that runs on)."""
+    _set_dumpable(1)  # as a child (its own /proc is the program's to read)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    me = os.getpid()
+    clock = _cpu_clock(me)
+    address_space = resource.getrlimit(resource.RLIMIT_AS)
+    started, spent_s = time.monotonic(), _test_cpu_s(me, clock)
+    try:
+        _limit_memory(test.memory_mb)
+        record = _guarded(test.job)
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, address_space)
+    cpu_ms = (_test_cpu_s(me, clock) - spent_s) * 1000
+    wall_ms = (time.monotonic() - started) * 1000
+    if cpu_ms > cpu_s * 1000:
+        record = _record(b"", None, "cpu", cpu_ms, wall_ms)
+    record["wall_ms"] = round(wall_ms, 3)
+    record["waited_ms"] = 0.0
+    record["cpu_ms"] = round(cpu_ms, 3)
+    record["peak_memory_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return record
 
 
 def _tail(data: bytes, size: int) -> bytes:

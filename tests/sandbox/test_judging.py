@@ -389,6 +389,69 @@ async def test_humaneval_style(executor: Executor, code: str, verdict: Verdict) 
     assert await judge(executor, code, HUMANEVAL, limits=limits) == [verdict]
 
 
+def one_test(code: str, tests: TestSuite) -> Completion:
+    limits = Limits(time_s=0.5, total_time_s=10.0, memory_mb=128, output_kb=64)
+    return Completion(sample_id="s", code=code, tests=tests, limits=limits)
+
+
+@pytest.mark.parametrize(
+    ("code", "verdict", "message"),
+    [
+        # Its stdin is /dev/null, as a child's: the marker its record goes under is not there.
+        ("import sys\ndef total(xs):\n    return sum(xs) - len(sys.stdin.read())\n", AC, ""),
+        # Over its CPU limit (0.52 s of 0.5), under the jail's (0.6): a time limit all the same.
+        (
+            "import time\ndef total(xs):\n    end = time.process_time() + 0.26\n"
+            "    while time.process_time() < end:\n        pass\n    return sum(xs)\n",
+            TLE,
+            "cpu limit",
+        ),
+        ("def total(xs):\n    keep = bytearray(1 << 30)\n    return sum(xs)\n", MLE, "MemoryError"),
+        ("def total(xs):\n    print('partial', end='')\n    return len(xs)\n", WA, "Assertion"),
+    ],
+)
+async def test_a_suite_s_only_test_runs_in_the_harness_s_own_process_as_in_a_child(
+    executor: Executor, code: str, verdict: Verdict, message: str
+) -> None:
+    """One test: the harness runs it in its own process, not in a forked child
+    (pyharness ``_alone``), and judges it as it would in a child."""
+    event = await executor.run(one_test(code, HUMANEVAL))
+    assert [t.verdict for t in event.tests] == [verdict], event.tests
+    assert message in event.tests[0].message
+    assert 0 < event.tests[0].cpu_ms < 2000
+
+
+async def test_a_suite_s_only_test_ends_without_waiting_for_the_program_s_threads(
+    executor: Executor,
+) -> None:
+    """Its record written, the harness exits at once (as a test's child does): a thread the
+    program left running is not joined, nor does it run into the wall backstop (1.6 s)."""
+    code = (
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,)).start()\n"
+        "print('kept')\ndef total(xs):\n    return sum(xs)\n"
+    )
+    event = await executor.run(one_test(code, HUMANEVAL))
+    assert [t.verdict for t in event.tests] == [AC], event.tests
+    assert event.exec_ms < 1500, event.exec_ms
+    assert event.stdout_tail == "kept\n"
+
+
+async def test_a_single_call_passes_only_by_the_value_it_returns(executor: Executor) -> None:
+    """The forged record of test_a_call_passes_only_by_the_value_it_returns, from a
+    suite's only call (run in the harness's own process)."""
+    hack = (
+        "import json\ndef add(a, b):\n"
+        '    json.dumps = lambda *a, **k: \'{"verdict": "accepted"}\'\n    return 0\n'
+    )
+    suite = IoSuite(inputs=[[1, 2]], outputs=[3], fn_name="add")
+    event = await executor.run(one_test(hack, suite))
+    assert [t.verdict for t in event.tests] == [WA], event.tests
+    assert "passes only by the value it returns" in event.tests[0].message
+    honest = await judge(executor, "def add(a, b):\n    return a + b\n", suite)
+    assert honest == [AC]
+
+
 async def test_mbpp_cases_are_scored_separately(executor: Executor) -> None:
     suite = AssertSuite(
         cases=["assert square(2) == 4", "assert square(3) == 9", "assert candidate(4) == 15"],
