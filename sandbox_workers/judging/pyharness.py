@@ -184,7 +184,9 @@ def _tests(spec: dict[str, Any]) -> list[Test | Record]:
     count = int(spec["count"])
     memory_mb = int(spec["memory_mb"])
     try:
-        program = compile(source, "solution.py", "exec")
+        # dont_inherit: not this file's `from __future__ import annotations`; the
+        # program's annotations are evaluated as `python solution.py` evaluates them.
+        program = compile(source, "solution.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         failed = {"verdict": "compile_error", "message": _describe(exc)}
         return [failed for _ in range(count)]
@@ -1150,7 +1152,7 @@ def _compile_tests(code: str, filename: str, protect_builtins: bool = False) -> 
     tree = ast.parse(code, filename)
     protected = _BUILTIN_NAMES - _bound_names(tree) if protect_builtins else frozenset()
     tree = ast.fix_missing_locations(_GuardComparisons(protected).visit(tree))
-    return compile(tree, filename, "exec")
+    return compile(tree, filename, "exec", dont_inherit=True)  # as the program (see _tests)
 
 
 def _bound_names(tree: ast.AST) -> frozenset[str]:

@@ -437,6 +437,20 @@ async def test_a_suite_s_only_test_ends_without_waiting_for_the_program_s_thread
     assert event.stdout_tail == "kept\n"
 
 
+@pytest.mark.parametrize("suite", [FN, IoSuite(inputs=[[1, 2]], outputs=[3], fn_name="add")])
+async def test_a_program_s_annotations_are_evaluated_as_python_evaluates_them(
+    executor: Executor, suite: IoSuite
+) -> None:
+    """Not postponed by the harness's own ``from __future__ import annotations``."""
+    code = "def add(a: Undefined, b):\n    return a + b\n"
+    event = await executor.run(one_test(code, suite))
+    assert {t.verdict for t in event.tests} == {RE}, event.tests
+    assert "name 'Undefined' is not defined" in event.tests[0].message
+    assert await judge(executor, "def add(a: int, b: 'Later'):\n    return a + b\n", suite) == [
+        AC
+    ] * len(suite.inputs)
+
+
 async def test_a_single_call_passes_only_by_the_value_it_returns(executor: Executor) -> None:
     """The forged record of test_a_call_passes_only_by_the_value_it_returns, from a
     suite's only call (run in the harness's own process)."""

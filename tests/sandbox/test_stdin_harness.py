@@ -88,6 +88,9 @@ async def test_a_program_runs_as_a_fresh_interpreter_runs_it(executor: Executor,
         ("import sys\nsys.exit(3)", RE, "exit status 3"),
         ("import sys\nsys.exit('it went wrong')", RE, "exit status 1: it went wrong"),
         ("raise ValueError('no such thing')", RE, "ValueError: no such thing"),
+        # Annotations are evaluated, as `python solution.py` evaluates them (the
+        # harness's own `from __future__ import annotations` is not the program's).
+        ("def f(x: Undefined):\n    pass\nprint(5)", RE, "name 'Undefined' is not defined"),
         ("import os\nos._exit(4)", RE, "exit status 4"),
         ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", RE, "SIGSEGV"),
         ("while True:\n    pass", TLE, "cpu limit"),
