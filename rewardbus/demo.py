@@ -7,7 +7,8 @@ scored batch; prints a summary; stops everything it started.
 
 With ``workers=0`` it starts nothing: it drives a deployment (infra/compose,
 infra/k8s), whose own workers and aggregator judge and score its batches on the
-deployment's topics (the prefix of ``kafka``'s topics).
+deployment's topics (the prefix of ``kafka``'s topics). It first waits, bounded, for
+that deployment to answer and to have its topics: one just brought up takes seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from producers import HumanEvalSample, RolloutProducer, build_batches, humaneval
 from rewardbus.observability.jaeger_query import DEFAULT_QUERY_URL
 from rewardbus.observability.percentiles import Percentiles
 from rewardbus.runtime.local import RewardWatcher, embedded_broker, local_pipeline
+from rewardbus.topics import await_cluster_topics
 from schemas import KafkaSettings, RewardEvent, ScoredBatch, Topics
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]
@@ -57,6 +59,8 @@ class DemoOptions:
     jaeger_url: str | None = None
     # The environment of the worker processes it starts (None: this process's).
     worker_env: Mapping[str, str] | None = None
+    # How long a deployment's brokers and topics are waited for (workers == 0).
+    ready_timeout_s: float = 120.0
 
     @property
     def deployed(self) -> bool:
@@ -130,6 +134,15 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
         if options.deployed:
             # Its topics, workers and aggregator are the deployment's: start none.
             _say(f"driving the deployment on {bootstrap} (topics prefixed {prefix!r})")
+            topics = kafka.topics
+            await await_cluster_topics(
+                kafka,
+                [topics.completions, topics.manifests, topics.rewards, topics.scored],
+                timeout_s=options.ready_timeout_s,
+                on_wait=lambda why: _say(
+                    f"waiting up to {options.ready_timeout_s:g} s for the deployment: {why}"
+                ),
+            )
         else:
             await _start_pipeline(stack, kafka, options)
         samples = humaneval_samples(limit=options.limit)

@@ -36,6 +36,12 @@ def add_parser(sub: Subcommands) -> None:
     demo.add_argument("--no-strict", action="store_true", help="allow a degraded sandbox")
     demo.add_argument("--timeout", type=float, default=600.0)
     demo.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        help="with --workers 0: seconds to wait for the deployment's brokers and topics",
+    )
+    demo.add_argument(
         "--trace",
         action="store_true",
         help="export every component's spans to Jaeger (started on 127.0.0.1 if none runs)",
@@ -65,6 +71,7 @@ async def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         json=args.json,
         strict=not args.no_strict,
         timeout_s=args.timeout,
+        ready_timeout_s=args.ready_timeout,
         kafka=kafka,
         jaeger_url=jaeger_url,
         worker_env=env,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rewardbus.runtime.local import WorkerPoolOptions, aggregator, worker_pool
+from rewardbus.runtime.ports import free_ports
 from rewardbus.topics import ensure_topics
 from sandbox_workers.languages import LANGUAGES
 from schemas import KafkaSettings
@@ -72,6 +73,58 @@ async def test_demo_with_no_workers_drives_a_deployments_workers(
         assert summary["rewards"] == summary["completions"] == 8
         assert summary["batches_complete"] == summary["batches"] == 1
         assert (summary["canonical_accepted"], summary["broken_accepted"]) == (4, 0)
+
+
+async def test_demo_with_no_workers_waits_for_a_deployment_still_coming_up(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """`make compose-demo` right after `make compose-up`: the deployment's topics are not
+    there yet (its brokers may not even answer). The demo says so and waits; once the
+    topics are created and the workers are up, it is judged as on a deployment that was
+    ready (CI, 2026-12-05: the demo gave up at once on brokers that refused connections)."""
+    argv = (
+        "demo", "--json", "--limit", "2", "--workers", "0",
+        "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topics.prefix,
+    )  # fmt: skip
+    demo = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rewardbus", *argv,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert demo.stderr is not None and demo.stdout is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(120):
+            while not said or "waiting up to" not in said[-1]:
+                line = (await demo.stderr.readline()).decode()
+                assert line, f"the demo ended before it waited: {said}"
+                said.append(line)
+    except BaseException:
+        demo.kill()
+        await demo.wait()
+        raise
+    assert "topics not created yet" in said[-1], said
+    await ensure_topics(kafka)
+    pool = WorkerPoolOptions(workers=1, group_id=f"{kafka.topics.prefix}workers", log_dir=tmp_path)
+    async with worker_pool(kafka, pool), aggregator(kafka, f"{kafka.topics.prefix}aggregator"):
+        out, err = await asyncio.wait_for(demo.communicate(), timeout=300)
+    assert demo.returncode == 0, ("".join(said) + err.decode())[-3000:]
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["rewards"] == summary["completions"] == 4
+    assert (summary["canonical_accepted"], summary["broken_accepted"]) == (2, 0)
+
+
+def test_demo_with_no_workers_gives_up_on_brokers_that_never_answer() -> None:
+    """Nothing listens on the port: the demo waits its bounded time, then exits 69 with
+    the reason, not a traceback."""
+    (port,) = free_ports("127.0.0.1", 1)
+    done = rewardbus(
+        "demo", "--workers", "0", "--bootstrap-servers", f"127.0.0.1:{port}",
+        "--ready-timeout", "3", timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 69, done.stderr[-3000:]
+    assert "waiting up to 3 s for the deployment" in done.stderr
+    assert "Kafka: admin start failed" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_demo_with_no_workers_needs_a_cluster() -> None:
