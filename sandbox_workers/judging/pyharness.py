@@ -1069,18 +1069,24 @@ class _Unrelated:
 
 class _GuardComparisons(ast.NodeTransformer):
     """Comparisons and subtractions to guard calls; with ``protected``, those builtin
-    names the tests use without binding them to the real builtins."""
+    names the tests use without binding them to the real builtins.
+
+    Each node it makes takes the place of the node it replaces (what
+    ``ast.fix_missing_locations`` would give it, without walking the whole tree again).
+    """
 
     def __init__(self, protected: frozenset[str]) -> None:
         self._protected = protected
 
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return node  # nothing under it
+
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if not isinstance(node.ctx, ast.Load) or node.id not in self._protected:
             return node
-        real = ast.Attribute(
-            value=ast.Name(id=_BUILTINS, ctx=ast.Load()), attr=node.id, ctx=ast.Load()
-        )
-        return ast.copy_location(real, node)
+        at = _place(node)
+        real = ast.Name(id=_BUILTINS, ctx=ast.Load(), **at)
+        return ast.Attribute(value=real, attr=node.id, ctx=ast.Load(), **at)
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         # Python evaluates a chain's later operands only while it holds; the guard
@@ -1090,27 +1096,36 @@ class _GuardComparisons(ast.NodeTransformer):
         ops = [_COMPARISONS[type(op)] for op in node.ops if type(op) in _COMPARISONS]
         if len(ops) < len(node.ops) or not eager:
             return node
+        at = _place(node)
         if len(ops) == 1:
-            args = [ast.Constant(ops[0]), node.left, node.comparators[0]]
+            args = [ast.Constant(ops[0], **at), node.left, node.comparators[0]]
             guard = _GUARD
         else:
-            names = ast.Tuple(elts=[ast.Constant(op) for op in ops], ctx=ast.Load())
-            args = [names, node.left, *node.comparators]
+            elts: list[ast.expr] = [ast.Constant(op, **at) for op in ops]
+            args = [ast.Tuple(elts=elts, ctx=ast.Load(), **at), node.left, *node.comparators]
             guard = _CHAIN
-        call = ast.Call(func=ast.Name(id=guard, ctx=ast.Load()), args=args, keywords=[])
-        return ast.copy_location(call, node)
+        return _guard_call(guard, args, at)
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         # `abs(f(x) - y) < 1e-6`: a difference that ignores what is subtracted is a fake.
         self.generic_visit(node)
         if not isinstance(node.op, ast.Sub):
             return node
-        call = ast.Call(
-            func=ast.Name(id=_GUARD, ctx=ast.Load()),
-            args=[ast.Constant("-"), node.left, node.right],
-            keywords=[],
-        )
-        return ast.copy_location(call, node)
+        at = _place(node)
+        return _guard_call(_GUARD, [ast.Constant("-", **at), node.left, node.right], at)
+
+
+def _place(node: ast.AST) -> dict[str, Any]:
+    """``node``'s source position, for the nodes that replace it."""
+    return {name: getattr(node, name) for name in _POSITION}
+
+
+_POSITION = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+
+
+def _guard_call(guard: str, args: list[ast.expr], at: dict[str, Any]) -> ast.Call:
+    function = ast.Name(id=guard, ctx=ast.Load(), **at)
+    return ast.Call(func=function, args=args, keywords=[], **at)
 
 
 def _pure(node: ast.expr) -> bool:
@@ -1151,7 +1166,7 @@ def guard_names() -> tuple[str, str, str]:
 def _compile_tests(code: str, filename: str, protect_builtins: bool = False) -> CodeType:
     tree = ast.parse(code, filename)
     protected = _BUILTIN_NAMES - _bound_names(tree) if protect_builtins else frozenset()
-    tree = ast.fix_missing_locations(_GuardComparisons(protected).visit(tree))
+    tree = _GuardComparisons(protected).visit(tree)
     return compile(tree, filename, "exec", dont_inherit=True)  # as the program (see _tests)
 
 
@@ -1159,8 +1174,11 @@ def _bound_names(tree: ast.AST) -> frozenset[str]:
     """Every name the code binds anywhere (assigned, defined, imported, a parameter)."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
+        if type(node) not in _BINDERS:  # most nodes: one lookup
+            continue
+        if isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.arg):
@@ -1174,6 +1192,25 @@ def _bound_names(tree: ast.AST) -> frozenset[str]:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             names.add(node.rest)
     return frozenset(names)
+
+
+# The node types _bound_names reads a name from (ast.parse makes exactly these types).
+_BINDERS = frozenset(
+    {
+        ast.Name,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.arg,
+        ast.alias,
+        ast.Global,
+        ast.Nonlocal,
+        ast.ExceptHandler,
+        ast.MatchAs,
+        ast.MatchStar,
+        ast.MatchMapping,
+    }
+)
 
 
 def _plain(value: Any, depth: int = 0) -> bool:
