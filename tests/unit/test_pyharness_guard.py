@@ -7,6 +7,7 @@ fail only a value that also equals what it cannot equal.
 
 from __future__ import annotations
 
+import ast
 import json
 import marshal
 from fractions import Fraction
@@ -247,3 +248,24 @@ def _injected() -> dict[str, Any]:
         harness._CHAIN: harness._compare_chain,
         harness._BUILTINS: builtins,
     }
+
+
+def test_every_node_the_guard_makes_has_the_place_of_the_node_it_replaces() -> None:
+    """The guard gives its nodes their positions as it makes them (no second walk with
+    ``ast.fix_missing_locations``): that walk must find nothing left to fix, and a
+    failing assert's traceback points at its own line."""
+    code = (
+        "def check(f):\n"
+        "    assert f(1) == 2\n"
+        "    assert 0 < f(2) <= 3 and len([1]) in {1}\n"
+        "    assert abs(f(3) - 1.5) < 1e-6\n"
+        "    assert f(4) != 5, 'msg'\n"
+    )
+    tree = harness._GuardComparisons(frozenset({"len", "abs"})).visit(ast.parse(code))
+    placed = ast.dump(tree, include_attributes=True)
+    assert ast.dump(ast.fix_missing_locations(tree), include_attributes=True) == placed
+    assert harness._GUARD in placed and harness._CHAIN in placed and harness._BUILTINS in placed
+    namespace = _run(code)
+    with pytest.raises(AssertionError) as failed:
+        namespace["check"](lambda x: x + 10 if x == 3 else x + 1)
+    assert failed.traceback[-1].lineno + 1 == 4  # 0-based in pytest's traceback
