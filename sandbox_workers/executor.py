@@ -26,7 +26,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from shutil import rmtree
 from typing import Any
@@ -43,7 +43,7 @@ from sandbox_workers.judging.program import Builder, CompileFailure, Program
 from sandbox_workers.judging.runner import SuiteRun, SuiteRunner, checker_judge, output_judge
 from sandbox_workers.judging.scoring import score_tests
 from sandbox_workers.languages import Language, Toolchain, discover_toolchains, lookup
-from sandbox_workers.languages.python import syntax_error
+from sandbox_workers.languages.python import check_program
 from sandbox_workers.sandbox import DEFAULT_BACKSTOP, Sandbox, SandboxFault, WallBackstop
 from schemas import (
     AssertSuite,
@@ -237,13 +237,15 @@ class Executor:
 
     async def _judge(self, task: _Task) -> _Judgement:
         suite, limits = task.suite, task.limits
+        checked = None
         if task.language.name == "python" and _same_python(task.toolchain):
             with _tracer.start_as_current_span("static check") as check:
-                error = syntax_error(task.source)
-                if error is not None:
-                    check.set_status(Status(StatusCode.ERROR, error[:200]))
-            if error is not None:
-                return _Judgement(Verdict.COMPILE_ERROR, error[: self._config.message_bytes])
+                checked = check_program(task.source)
+                if checked.error is not None:
+                    check.set_status(Status(StatusCode.ERROR, checked.error[:200]))
+            if checked.error is not None:
+                message = checked.error[: self._config.message_bytes]
+                return _Judgement(Verdict.COMPILE_ERROR, message)
         runner = SuiteRunner(
             self._sandbox,
             limits,
@@ -255,6 +257,8 @@ class Executor:
         program = await self._builder.build(task.language, task.toolchain, task.source, limits)
         if isinstance(program, CompileFailure):
             return _Judgement(Verdict.COMPILE_ERROR, program.message)
+        if checked is not None and checked.code is not None and program.source == task.source:
+            program = replace(program, code=checked.code)
         if isinstance(suite, IoSuite):
             return _Judgement(run=await self._io(runner, program, suite, limits))
         if isinstance(suite, AssertSuite):

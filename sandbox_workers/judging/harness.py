@@ -48,8 +48,10 @@ __all__ = [
     "strip_markers",
 ]
 
-# Where a compiled assert suite travels (HarnessSpec.compiled).
+# Where a compiled assert suite travels (HarnessSpec.compiled), and where the program's
+# code object compiled by the worker does (HarnessSpec.program_code).
 _COMPILED_TESTS = "tests.marshal"
+_PROGRAM_CODE = "solution.marshal"
 
 _SCRIPTS: dict[str, tuple[str, str]] = {
     # language -> (harness file name, program file name). The Python harness goes in
@@ -149,8 +151,12 @@ class HarnessPlan:
         budget_s: float,
         stop_on_failure: bool,
         backstop: WallBackstop = DEFAULT_BACKSTOP,
+        code: bytes | None = None,
     ) -> dict[str, bytes]:
         """The harness, the program and the spec, for the work directory.
+
+        ``code``: Python's, the program already compiled (``Program.code``), which the
+        harness then loads instead of compiling ``source`` (still there, for tracebacks).
 
         ``budget_s`` is what is left of the completion's total time: the harness
         reports the tests it has no time for as not run. Per test, ``time_s`` is
@@ -177,6 +183,7 @@ class HarnessPlan:
             entry_point=self.entry_point,
             compiled=None if compiled is None else _COMPILED_TESTS,
             guard_names=None if compiled is None else compiled.guard_names,
+            program_code=None if code is None else _PROGRAM_CODE,
             output_bytes=self.output_bytes,
             stderr_tail_bytes=STDERR_TAIL_BYTES,
         )
@@ -187,6 +194,8 @@ class HarnessPlan:
         }
         if compiled is not None:
             files[_COMPILED_TESTS] = compiled.code
+        if code is not None:
+            files[_PROGRAM_CODE] = code
         return files
 
 

@@ -41,8 +41,8 @@ const ALLOWED = new Set(['assert', 'node:assert', 'assert/strict', 'node:assert/
 const SPEC_KEYS = [
   'mode', 'source', 'count', 'tests', 'time_s', 'memory_mb', 'wall_factor',
   'wall_extra_s', 'wall_stretch', 'budget_s', 'stop_on_failure', 'marker_bytes',
-  'fn_name', 'setup', 'entry_point', 'compiled', 'guard_names', 'output_bytes',
-  'stderr_tail_bytes',
+  'fn_name', 'setup', 'entry_point', 'compiled', 'guard_names', 'program_code',
+  'output_bytes', 'stderr_tail_bytes',
 ];
 const spec = JSON.parse(fs.readFileSync('spec.json', 'utf8'));
 const missingKeys = SPEC_KEYS.filter((key) => !Object.prototype.hasOwnProperty.call(spec, key));

@@ -49,6 +49,9 @@ class Program:
     executables: frozenset[str] = frozenset()
     # The sandbox limits memory by RLIMIT_AS: runtimes need their reservations.
     address_space_limited: bool = False
+    # Python: ``source`` compiled by the worker, marshalled (languages.python's
+    # check_program), which the harness loads instead of compiling; None: it compiles.
+    code: bytes | None = None
 
     def request(
         self,

@@ -52,7 +52,9 @@ class HarnessSpec(msgspec.Struct, frozen=True, kw_only=True):
     the single ``check(entry_point)`` test; stdin, each test's input. An assert
     suite the worker compiled (Python) travels as ``compiled``, the file holding
     the marshalled ``pyharness.compile_suite`` result, with the ``guard_names`` it
-    was compiled with, instead of ``tests`` (None) and ``setup`` (empty).
+    was compiled with, instead of ``tests`` (None) and ``setup`` (empty). A Python
+    program the worker compiled travels as ``program_code`` too (the marshalled code
+    object of ``source``), which the harness loads instead of compiling ``source``.
     Per test: ``time_s`` of CPU time, ``memory_mb``, and the wall-clock backstop
     ``max(wall_factor * time_s, time_s + wall_extra_s)`` with its cap,
     ``wall_stretch`` times that (:class:`~sandbox_workers.sandbox.WallBackstop`);
@@ -77,6 +79,7 @@ class HarnessSpec(msgspec.Struct, frozen=True, kw_only=True):
     entry_point: str | None  # assert: the candidate of HumanEval's check(candidate)
     compiled: str | None
     guard_names: tuple[str, str, str] | None
+    program_code: str | None  # Python: the file of the program's code, compiled by the worker
     output_bytes: int | None  # stdin: each stream of a test is capped at this
     stderr_tail_bytes: int  # stdin: how much of the end of its stderr a record carries
 

@@ -98,8 +98,8 @@ from typing import Any
 SPEC_KEYS = (
     "mode", "source", "count", "tests", "time_s", "memory_mb", "wall_factor",
     "wall_extra_s", "wall_stretch", "budget_s", "stop_on_failure", "marker_bytes",
-    "fn_name", "setup", "entry_point", "compiled", "guard_names", "output_bytes",
-    "stderr_tail_bytes",
+    "fn_name", "setup", "entry_point", "compiled", "guard_names", "program_code",
+    "output_bytes", "stderr_tail_bytes",
 )  # fmt: skip
 _MESSAGE_LIMIT = 300
 # The shortest wait between two looks at a running test's CPU clock.
@@ -179,17 +179,23 @@ def _failed(record: Record) -> bool:
 
 def _tests(spec: dict[str, Any]) -> list[Test | Record]:
     """One test per case, or a ready record when the test cannot run at all."""
-    with open(spec["source"], encoding="utf-8") as handle:
-        source = handle.read()
     count = int(spec["count"])
     memory_mb = int(spec["memory_mb"])
-    try:
-        # dont_inherit: not this file's `from __future__ import annotations`; the
-        # program's annotations are evaluated as `python solution.py` evaluates them.
-        program = compile(source, "solution.py", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        failed = {"verdict": "compile_error", "message": _describe(exc)}
-        return [failed for _ in range(count)]
+    program_code: str | None = spec["program_code"]
+    if program_code is not None:
+        # The worker compiled the source as below, with this interpreter.
+        with open(program_code, "rb") as handle:
+            program = marshal.loads(handle.read())  # noqa: S302 - the worker's own output
+    else:
+        with open(spec["source"], encoding="utf-8") as handle:
+            source = handle.read()
+        try:
+            # dont_inherit: not this file's `from __future__ import annotations`; the
+            # program's annotations are evaluated as `python solution.py` evaluates them.
+            program = compile(source, "solution.py", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            failed = {"verdict": "compile_error", "message": _describe(exc)}
+            return [failed for _ in range(count)]
     if spec["mode"] == "stdin":
         # Imported here, not at the top: only stdin tests use them, and a
         # function-call or assert execution must not pay for them.

@@ -454,6 +454,7 @@ class SuiteRunner:
                 budget_s=budget_s,
                 stop_on_failure=self._stop,
                 backstop=self._backstop,
+                code=program.code,
             ),
             entry=plan.entry,
             memory_slack_mb=_HARNESS_MEMORY_MB,

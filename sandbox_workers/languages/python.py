@@ -6,15 +6,17 @@ installation, read-only, so nothing installed for the worker leaks in.
 
 from __future__ import annotations
 
+import marshal
 import platform
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox_workers.languages.base import Language, Launch, Toolchain, read_only
 from schemas import Limits
 
-__all__ = ["Python", "syntax_error"]
+__all__ = ["Checked", "Python", "check_program"]
 
 
 # Runs the program as __main__ with site's exit()/quit() but without the rest of
@@ -78,22 +80,35 @@ class Python(Language):
         )
 
 
-def syntax_error(source: str) -> str | None:
-    """The SyntaxError message of ``source``, or None when it compiles.
+@dataclass(frozen=True)
+class Checked:
+    """The worker's compile of a Python program (:func:`check_program`)."""
+
+    error: str | None = None  # its SyntaxError message: the program does not compile
+    # The marshalled code object, for the harness to load instead of compiling the
+    # source again; None when the compile warned (the harness's own compile then
+    # writes the warnings to the program's stderr, as `python solution.py` does).
+    code: bytes | None = None
+
+
+def check_program(source: str) -> Checked:
+    """Compile ``source`` as the harness would (``solution.py``).
 
     ``compile()`` only parses and generates bytecode: it runs nothing, so it is
     safe (and ~100x cheaper than a sandbox round trip) in the worker process.
+    The sandbox runs this very interpreter (``_same_python`` in the executor), so
+    the harness can load the code object; in a freshly forked process that costs
+    ~0.17 ms where compiling the source again cost ~0.6 ms (HumanEval's programs).
     """
-    with warnings.catch_warnings():
-        # Invalid escape sequences and the like are the program's business.
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
         try:
-            compile(source, "solution.py", "exec", dont_inherit=True)
+            code = compile(source, "solution.py", "exec", dont_inherit=True)
         except SyntaxError as exc:
             where = f" (line {exc.lineno})" if exc.lineno else ""
             text = f"\n    {exc.text.strip()}" if exc.text and exc.text.strip() else ""
-            return f"{type(exc).__name__}: {exc.msg}{where}{text}"
+            return Checked(error=f"{type(exc).__name__}: {exc.msg}{where}{text}")
         except (ValueError, RecursionError, MemoryError) as exc:
             # Null bytes, or nesting too deep for the compiler.
-            return f"{type(exc).__name__}: {exc}"
-    return None
+            return Checked(error=f"{type(exc).__name__}: {exc}")
+    return Checked(code=None if warned else marshal.dumps(code))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from sandbox_workers import (
     SandboxFault,
 )
 from sandbox_workers.jail import IsolationUnavailable, JailConfig, JailSandbox
+from sandbox_workers.languages.python import Checked, check_program
 from schemas import (
     AssertSuite,
     CheckerProgram,
@@ -1080,3 +1082,50 @@ async def test_a_compiler_stalled_on_every_attempt_is_a_sandbox_error_and_not_ca
     # Nothing was cached for the source: once the host recovers, it compiles and passes.
     again = await executor.run(completion)
     assert (again.verdict, again.attempt) == (AC, 1)
+
+
+SHIPPED = [
+    pytest.param(HUMANEVAL, "def total(xs):\n    return sum(xs)\n", id="assert-alone"),
+    pytest.param(
+        IoSuite(inputs=[[1, 2], [3, 4]], outputs=[3, 7], fn_name="add"),
+        "def add(a, b):\n    return a + b\n",
+        id="call",
+    ),
+    pytest.param(
+        IoSuite(inputs=["1 2\n", "3 4\n"], outputs=["3\n", "7\n"]),
+        "print(sum(map(int, input().split())))\n",
+        id="stdin-harness",
+    ),
+]
+
+
+@pytest.mark.parametrize(("suite", "code"), SHIPPED)
+async def test_the_harness_runs_the_worker_s_compile_of_the_program(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch, suite: TestSuite, code: str
+) -> None:
+    """The worker's compile travels with the program (HarnessSpec.program_code) and the
+    harness runs it instead of compiling the source again: a compile of another program,
+    slipped in here, is what gets judged."""
+    assert {t.verdict for t in (await executor.run(one_test(code, suite))).tests} == {AC}
+    other = code.replace("sum(", "-sum(").replace("a + b", "a - b")
+    slipped = marshal.dumps(compile(other, "solution.py", "exec", dont_inherit=True))
+    monkeypatch.setattr(
+        "sandbox_workers.executor.check_program", lambda source: Checked(code=slipped)
+    )
+    event = await executor.run(one_test(code, suite))
+    assert {t.verdict for t in event.tests} == {WA}, event.tests
+
+
+async def test_a_program_whose_compile_warns_is_compiled_by_the_harness(
+    executor: Executor,
+) -> None:
+    """A compile that warns is not shipped: the harness compiles the source itself, and
+    the warning reaches the execution's stderr as it did before the worker's compile
+    travelled (and as under `python solution.py`)."""
+    code = "x = 1\nif x is 1:\n    pass\ndef total(xs):\n    return sum(xs)\n"
+    assert check_program(code) == Checked()  # compiles, with a SyntaxWarning: no code
+    assert check_program("print(1)\n").code is not None
+    assert check_program("print(1\n").error is not None
+    event = await executor.run(one_test(code, HUMANEVAL))
+    assert [t.verdict for t in event.tests] == [AC], event.tests
+    assert "solution.py:2: SyntaxWarning" in event.stderr_tail, event.stderr_tail

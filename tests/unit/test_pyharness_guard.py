@@ -269,3 +269,14 @@ def test_every_node_the_guard_makes_has_the_place_of_the_node_it_replaces() -> N
     with pytest.raises(AssertionError) as failed:
         namespace["check"](lambda x: x + 10 if x == 3 else x + 1)
     assert failed.traceback[-1].lineno + 1 == 4  # 0-based in pytest's traceback
+
+
+def test_the_program_s_code_travels_beside_its_source() -> None:
+    code = marshal.dumps(compile("def f(x):\n    return x\n", "solution.py", "exec"))
+    plan = HarnessPlan("python", "call", [[1]], 1.0, 64, fn_name="f")
+    files = plan.files("def f(x):\n    return x\n", budget_s=5.0, stop_on_failure=False, code=code)
+    assert json.loads(files["spec.json"])["program_code"] == "solution.marshal"
+    assert files["solution.marshal"] == code and b"return x" in files["solution.py"]
+    plain = plan.files("def f(x):\n    return x\n", budget_s=5.0, stop_on_failure=False)
+    assert json.loads(plain["spec.json"])["program_code"] is None
+    assert "solution.marshal" not in plain
