@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
@@ -135,14 +136,17 @@ async def run_demo(options: DemoOptions, *, shutdown: Awaitable[None]) -> int:
             # Its topics, workers and aggregator are the deployment's: start none.
             _say(f"driving the deployment on {bootstrap} (topics prefixed {prefix!r})")
             topics = kafka.topics
-            await await_cluster_topics(
-                kafka,
-                [topics.completions, topics.manifests, topics.rewards, topics.scored],
-                timeout_s=options.ready_timeout_s,
-                on_wait=lambda why: _say(
-                    f"waiting up to {options.ready_timeout_s:g} s for the deployment: {why}"
-                ),
-            )
+            # aiokafka logs an error for every refused connection: one a second here,
+            # while the wait itself says what it waits for, once.
+            with _silenced(logging.getLogger("aiokafka")):
+                await await_cluster_topics(
+                    kafka,
+                    [topics.completions, topics.manifests, topics.rewards, topics.scored],
+                    timeout_s=options.ready_timeout_s,
+                    on_wait=lambda why: _say(
+                        f"waiting up to {options.ready_timeout_s:g} s for the deployment: {why}"
+                    ),
+                )
         else:
             await _start_pipeline(stack, kafka, options)
         samples = humaneval_samples(limit=options.limit)
@@ -212,6 +216,21 @@ def _print_trace_hint(progress: _Progress, jaeger_url: str, *, out: TextIO) -> N
         file=out,
         flush=True,
     )
+
+
+@contextlib.contextmanager
+def _silenced(logger: logging.Logger) -> Iterator[None]:
+    """Drop ``logger``'s records (errors included) for the duration."""
+
+    def drop(record: logging.LogRecord) -> bool:
+        del record
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def _say(message: str) -> None:
