@@ -24,8 +24,14 @@ from typing import Any
 
 from producers import RolloutProducer
 from rewardbus.observability.percentiles import Percentiles
-from rewardbus.runtime.local import RewardWatcher, WorkerPoolOptions, embedded_broker, worker_pool
-from rewardbus.topics import ensure_topics
+from rewardbus.runtime.local import (
+    RewardWatcher,
+    WorkerPoolOptions,
+    embedded_broker,
+    stop_processes,
+    worker_pool,
+)
+from rewardbus.topics import await_group_members, ensure_topics
 from schemas import Completion, KafkaSettings, RewardEvent, Topics
 
 __all__ = [
@@ -187,6 +193,41 @@ async def workers(
         async with worker_pool(kafka, options) as procs:
             say(f"{count} worker(s) ready in {time.monotonic() - started:.1f} s ({tag})")
             yield [proc.pid for proc in procs]
+
+
+_RELAY = Path(__file__).resolve().parent / "_relay.py"
+
+
+@contextlib.asynccontextmanager
+async def relays(kafka: KafkaSettings, count: int, period_ms: float) -> AsyncIterator[list[int]]:
+    """``count`` processes of ``_relay.py`` (Kafka's floor: consume, answer, judge nothing;
+    each at most one record per ``period_ms``) where ``workers`` puts sandbox workers,
+    pinned the same way."""
+    group_id = f"{kafka.topics.prefix}workers"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        for index, cpu in enumerate(cpus_for(count)):
+            argv = [sys.executable, str(_RELAY), kafka.bootstrap_servers, kafka.topics.prefix]
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *argv,
+                    group_id,
+                    f"relay-{index}",
+                    str(period_ms),
+                    stdout=asyncio.subprocess.PIPE,
+                    preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}),
+                )
+            )
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+            if b"ready" not in line:
+                raise RuntimeError(f"the Kafka relay did not start (status {proc.returncode})")
+        await await_group_members(kafka, group_id, count)
+        say(f"{count} Kafka relay(s) ready")
+        yield [proc.pid for proc in procs]
+    finally:
+        await stop_processes(procs)
 
 
 @dataclass

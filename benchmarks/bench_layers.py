@@ -59,6 +59,8 @@ from sandbox_workers.jail import JailSandbox
 IN_FLIGHT = 2
 CHILD_SETUPS = ("floor", "sandbox", "executor")
 SETUPS = (*CHILD_SETUPS, "pipeline")
+RELAY = "kafka relay"  # a baseline, not a layer: the pipeline with _relay.py for workers
+_KAFKA_PARTS = ("workers", "broker", "aggregator")
 WARMUP_ITEMS = 8  # untimed, per child: page cache, cgroup slots, the pool's zygotes
 
 
@@ -163,13 +165,17 @@ async def in_child(setup: str, limit: int | None) -> dict[str, Any]:
 # -- the pipeline ---------------------------------------------------------------------------
 
 
-async def through_pipeline(where: Any, limit: int | None) -> dict[str, Any]:
-    run = await pipeline(where, IN_FLIGHT, humaneval_samples(limit=limit))
+async def through_pipeline(
+    where: Any, limit: int | None, *, relay_period_ms: float | None = None
+) -> dict[str, Any]:
+    samples = humaneval_samples(limit=limit)
+    run = await pipeline(where, IN_FLIGHT, samples, relay_period_ms=relay_period_ms)
     spent = run["cpu_ms_per_completion"]
     return {
         "elapsed_s": run["elapsed_s"],
         "completions": run["completions"],
-        "wrong": run["completions"] - run["judged_correctly"],
+        # The relay judges nothing: its placeholder rewards are not verdicts.
+        "wrong": 0 if relay_period_ms is not None else run["completions"] - run["judged_correctly"],
         "cpu_ms": {
             "workers": spent["worker_processes"],
             "sandboxed": spent["sandboxed"],
@@ -205,6 +211,9 @@ def layers(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "broker and aggregator": infra,
     }
     total = cost["pipeline"] + infra
+    # Kafka alone: the relay's processes, the broker and the aggregator, nothing judged.
+    kafka = median(RELAY, lambda r: sum(r["cpu_ms"][k] for k in _KAFKA_PARTS))
+    bound = floor + share["jail"] + kafka
     return {
         "cpu_ms": {k: round(v, 3) for k, v in share.items()},
         "cpu_over_floor": {k: ratio(v, floor) for k, v in share.items()},
@@ -213,6 +222,18 @@ def layers(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "total_over_floor": ratio(total, floor),
         "per_s": {k: round(v, 1) for k, v in per_s.items()},
         "per_s_over_floor": {k: ratio(v, per_s["floor"]) for k, v in per_s.items()},
+        "kafka_alone": {
+            "cpu_ms": {
+                part: round(median(RELAY, lambda r, part=part: r["cpu_ms"][part]), 3)
+                for part in _KAFKA_PARTS
+            },
+            "total_cpu_ms": round(kafka, 3),
+            "total_over_floor": ratio(kafka, floor),
+            "per_s": round(median(RELAY, lambda r: r["completions"] / r["elapsed_s"]), 1),
+            "period_ms": round(median(RELAY, lambda r: r["period_ms"]), 3),
+            "floor_jail_kafka_cpu_ms": round(bound, 3),
+            "floor_jail_kafka_over_floor": ratio(bound, floor),
+        },
     }
 
 
@@ -242,6 +263,18 @@ def print_table(table: dict[str, Any], passes: int, completions: int) -> None:
     for setup in SETUPS:
         cpu, rate = table["setup_cpu_ms"][setup], table["per_s"][setup]
         print(f"  {setup:24} {cpu:8.2f} {rate:8.1f} {table['per_s_over_floor'][setup]:8.2f}")
+    alone = table["kafka_alone"]
+    cpu = alone["cpu_ms"]
+    print(
+        f"Kafka alone ({RELAY}: consume, answer at a worker's pace, "
+        "judge nothing): "
+        f"{alone['total_cpu_ms']:.2f} ms (relays {cpu['workers']:.2f}, broker "
+        f"{cpu['broker']:.2f}, this process {cpu['aggregator']:.2f}) = "
+        f"{alone['total_over_floor']:.2f}x floor, {alone['per_s']:.1f}/s"
+    )
+    print(f"  floor + jail + Kafka alone: {alone['floor_jail_kafka_cpu_ms']:.2f} ms = "
+          f"{alone['floor_jail_kafka_over_floor']:.2f}x floor (the pipeline, with no harness, "
+          "executor or worker service of ours)")  # fmt: skip
     print("targets:")
     for _, target in targets(table):
         print(target.line())
@@ -250,7 +283,7 @@ def print_table(table: dict[str, Any], passes: int, completions: int) -> None:
 async def run(args: argparse.Namespace) -> None:
     limit = 10 if args.quick else None
     passes = 1 if args.quick else args.passes
-    runs: dict[str, list[dict[str, Any]]] = {setup: [] for setup in SETUPS}
+    runs: dict[str, list[dict[str, Any]]] = {setup: [] for setup in (*SETUPS, RELAY)}
     started = time.monotonic()
     async with cluster(None) as where:
         if not args.quick:
@@ -258,11 +291,18 @@ async def run(args: argparse.Namespace) -> None:
             say("pipeline warm-up pass (not counted)")
             await through_pipeline(where, limit)
         for index in range(passes):
-            order = SETUPS if index % 2 == 0 else tuple(reversed(SETUPS))
+            # The relay right after the pipeline, at its rate: each relay holds a record
+            # as long as a worker of that pipeline took per completion.
+            order = (*SETUPS, RELAY) if index % 2 == 0 else ("pipeline", RELAY, *SETUPS[-2::-1])
             for setup in order:
                 say(f"pass {index + 1} of {passes}: {setup}")
                 if setup == "pipeline":
                     result = await through_pipeline(where, limit)
+                elif setup == RELAY:
+                    piped = runs["pipeline"][-1]
+                    period_ms = 1000 * IN_FLIGHT * piped["elapsed_s"] / piped["completions"]
+                    result = await through_pipeline(where, limit, relay_period_ms=period_ms)
+                    result["period_ms"] = round(period_ms, 3)
                 else:
                     result = await in_child(setup, limit)
                 if result["wrong"]:

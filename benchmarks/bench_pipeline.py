@@ -76,6 +76,7 @@ from _common import (
     quiet_logs,
     rate,
     ratio,
+    relays,
     say,
     stage_breakdown,
     wait_all,
@@ -168,13 +169,20 @@ async def executor_alone(concurrency: int, limit: int | None) -> dict[str, Any]:
 
 
 async def pipeline(
-    where: Cluster, count: int, samples: list[HumanEvalSample], *, standby_s: float = 0.0
+    where: Cluster,
+    count: int,
+    samples: list[HumanEvalSample],
+    *,
+    standby_s: float = 0.0,
+    relay_period_ms: float | None = None,
 ) -> dict[str, Any]:
     """Publish every sample in batches; wait for every reward and every scored batch.
 
     ``standby_s`` > 0 (``cpu_guard.py``): first measure each component's CPU per
     second with every client up and nothing to do (``cpu_standby_ms_per_s``), and
-    report how long the measured window was (``cpu_window_s``).
+    report how long the measured window was (``cpu_window_s``). ``relay_period_ms``:
+    Kafka relays that judge nothing (``_relay.py``, each answering one record per that long at most)
+    where the workers would be.
     """
     kafka = await fresh_kafka(where.bootstrap, f"pipe{count}", partitions=max(4, 2 * count))
     run_id = uuid.uuid4().hex[:8]
@@ -182,7 +190,11 @@ async def pipeline(
     stamped = [s for _, chunk in batches for s in chunk]
     timeline = Timeline()
     async with (
-        workers(kafka, count, cache_mb=0, tag=f"pipe{count}") as pids,
+        (
+            workers(kafka, count, cache_mb=0, tag=f"pipe{count}")
+            if relay_period_ms is None
+            else relays(kafka, count, relay_period_ms)
+        ) as pids,
         aggregator(kafka, f"{kafka.topics.prefix}aggregator"),
         ScoredBatches(kafka, group_id=f"{kafka.topics.prefix}learner") as scored,
         RewardWatcher(kafka, lazy=True) as watcher,
@@ -251,7 +263,10 @@ def _pipeline_result(
         "per_worker": dict(Counter(e.worker_id for e in watcher.rewards.values())),
     }
     tput = result["completions_per_s"]
-    say(f"pipeline, {count} worker(s): {tput}/s, {correct}/{len(samples)} judged right")
+    if set(verdict.values()) == {"sandbox_error"}:  # _relay.py's placeholders
+        say(f"pipeline, {count} Kafka relay(s), nothing judged: {tput}/s")
+    else:
+        say(f"pipeline, {count} worker(s): {tput}/s, {correct}/{len(samples)} judged right")
     return result
 
 

@@ -204,6 +204,11 @@ def test_bench_layers_quick() -> None:
         assert run["wrong"] == 0 and run["completions"] == 20, (setup, run)
     assert all(cpu > 0 for cpu in report["setup_cpu_ms"].values()), report["setup_cpu_ms"]
     assert set(report["targets"]) == {"executor_rate", "pipeline_rate", "pipeline_cpu"}
+    # Kafka alone: the relays answered every completion, at the pipeline's pace.
+    (relayed,) = report["runs"]["kafka relay"]
+    alone = report["kafka_alone"]
+    assert relayed["period_ms"] == alone["period_ms"] > 0, alone
+    assert alone["floor_jail_kafka_cpu_ms"] > alone["total_cpu_ms"] > 0, alone
 
 
 @pytest.mark.timeout(180)
