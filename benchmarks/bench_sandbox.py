@@ -50,6 +50,7 @@ from sandbox_workers.fingerprint import fingerprint
 from sandbox_workers.jail import JailConfig, JailSandbox
 from sandbox_workers.judging.harness import kept_harness
 from sandbox_workers.languages import discover_toolchains
+from sandbox_workers.languages.python import BOOTSTRAPS
 from sandbox_workers.pool import PoolConfig
 from sandbox_workers.result_cache import LocalResultCache
 from sandbox_workers.sandbox import BindMount, ExecRequest
@@ -260,9 +261,11 @@ class Setup:
 
 async def make_setup(max_concurrency: int, items: Sequence[Item]) -> Setup:
     toolchains = discover_toolchains(Path(os.environ.get("TMPDIR", "/tmp")))
-    # Zygotes keep the harness loaded, as the worker's do (rewardbus.wiring.build_executor).
+    # Zygotes keep the harness loaded and the bootstraps compiled, as the worker's do
+    # (rewardbus.wiring.build_executor).
     keep = (kept_harness(JailConfig().cache_dir),)
-    warm_config = JailConfig(pool=PoolConfig(size=max_concurrency, prewarm=1.0, keep_code=keep))
+    pool = PoolConfig(size=max_concurrency, prewarm=1.0, keep_code=keep, precompile=BOOTSTRAPS)
+    warm_config = JailConfig(pool=pool)
     cold = JailSandbox(JailConfig(pool=PoolConfig(enabled=False)))
     warm, warm_plain = JailSandbox(warm_config), JailSandbox(warm_config)
     config = ExecutorConfig(toolchains=toolchains)

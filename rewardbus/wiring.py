@@ -10,6 +10,7 @@ from rewardbus.errors import Unavailable
 from sandbox_workers import Executor, ExecutorConfig, JailConfig, JailSandbox, SandboxFault
 from sandbox_workers.jail import IsolationUnavailable, PoolConfig
 from sandbox_workers.judging.harness import kept_harness
+from sandbox_workers.languages.python import BOOTSTRAPS
 from sandbox_workers.tools import LiveSession, SessionFactory, SessionLimits
 
 __all__ = [
@@ -53,6 +54,7 @@ def build_executor(options: SandboxOptions) -> Executor:
         size=2 * (options.concurrency + 1),
         prewarm=0.25,
         keep_code=(kept_harness(cache_dir),),
+        precompile=BOOTSTRAPS,
     )
     jail = JailConfig(strict=options.strict, pool=pool, cache_dir=cache_dir)
     try:

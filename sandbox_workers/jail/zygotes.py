@@ -193,6 +193,7 @@ class ZygoteStarter:
                 {
                     "preload": list(pool.preload),
                     "keep_code": kept,
+                    "precompile": list(pool.precompile),
                     "fresh_net": self._config.fresh_net,
                     "loopback": self._config.loopback,
                 }

@@ -16,7 +16,7 @@ from pathlib import Path
 from sandbox_workers.languages.base import Language, Launch, Toolchain, read_only
 from schemas import Limits
 
-__all__ = ["Checked", "Python", "check_program"]
+__all__ = ["BOOTSTRAPS", "Checked", "Python", "check_program"]
 
 
 # Runs the program as __main__ with site's exit()/quit() but without the rest of
@@ -39,6 +39,9 @@ _BOOTSTRAP_COMPILED = (
     "or __import__('marshal').loads(data))(open(__file__, 'rb').read()))"
 )
 _COMPILED_SUFFIX = ".marshal"
+# The -c commands of every Python launch: a warm zygote compiles them before it
+# forks (PoolConfig.precompile), so an execution does not.
+BOOTSTRAPS = (_BOOTSTRAP, _BOOTSTRAP_COMPILED)
 
 
 class Python(Language):

@@ -57,6 +57,8 @@ _JAIL_FAULT = 125
 _NAMESPACES = ("mnt", "pid", "ipc")
 # Where an execution finds the code objects this zygote keeps (see _keep_code).
 _KEPT_MODULE = "_rewardbus_kept"
+# The -c commands compiled before forking (PoolConfig.precompile), by their source.
+_PRECOMPILED: dict[str, types.CodeType] = {}
 
 
 class _ZygoteSpec(ctypes.Structure):
@@ -130,6 +132,7 @@ def main() -> _Program:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     _keep_code(config["keep_code"])
+    _precompile(config["precompile"])
     fresh_net = bool(config["fresh_net"])
     namespaces = list(_NAMESPACES) + (["net"] if fresh_net else [])
     own = [os.open(f"/proc/self/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in namespaces]
@@ -198,6 +201,16 @@ def _keep_code(paths: list[str]) -> None:
         kept = types.ModuleType(_KEPT_MODULE)
         vars(kept).update(code=code, mains=mains)
         sys.modules[_KEPT_MODULE] = kept
+
+
+def _precompile(commands: list[str]) -> None:
+    """Compile the worker's ``-c`` commands now, before forking (``PoolConfig.precompile``),
+    exactly as the program's own compile at the bottom of this file would (a command
+    that does not compile is left to it, which reports its error as a fresh
+    interpreter does)."""
+    for command in commands:
+        with contextlib.suppress(SyntaxError, ValueError):
+            _PRECOMPILED[command] = compile(command, "<string>", "exec", dont_inherit=True)
 
 
 # ---------------------------------------------------------------------- the program
@@ -407,7 +420,10 @@ if __name__ == "__main__":
     _program_run = main()
     try:
         exec(  # noqa: S102 - running the confined program is the point
-            compile(_program_run.code, "<string>", "exec", dont_inherit=True),
+            _PRECOMPILED.get(_program_run.code)
+            # As python -c compiles (this module's own future flags not inherited), here:
+            # a SyntaxError's traceback then starts at this frame, which uncaught() drops.
+            or compile(_program_run.code, "<string>", "exec", dont_inherit=True),
             _program_run.namespace,
         )
     except BaseException as _uncaught:  # noqa: BLE001 - every way a program ends is handled

@@ -496,6 +496,53 @@ async def test_a_zygote_runs_only_the_modules_it_keeps(tmp_path: Path) -> None:
         cold.close()
 
 
+# Prints whether the code running is one the zygote compiled before forking (the
+# frame that runs it is the zygote's module level), then fails like any program.
+_PRECOMPILED_PROBE = (
+    "import sys\n"
+    "here, caller = sys._getframe(), sys._getframe().f_back\n"
+    "made = caller.f_globals.get('_PRECOMPILED', {}) if caller else {}\n"
+    "print(any(here.f_code is code for code in made.values()), sys.argv[1:])\n"
+    "1 / 0\n"
+)
+
+
+@pytest.mark.sandbox
+async def test_a_zygote_runs_the_commands_it_compiled_as_compiled_afresh() -> None:
+    """An execution whose -c command the zygote compiled before forking
+    (PoolConfig.precompile) runs that code object; any other command, and a
+    command that does not compile, is compiled in the execution. Either way it
+    ends as the same command run cold: output, status and traceback."""
+    broken = "x = ("
+    sandbox = strict_sandbox(
+        PoolConfig(size=1, prewarm=1.0, precompile=(_PRECOMPILED_PROBE, broken))
+    )
+    cold = strict_sandbox(PoolConfig(enabled=False))
+    try:
+        for code, ran_precompiled in (
+            (_PRECOMPILED_PROBE, True),
+            (_PRECOMPILED_PROBE + "pass\n", False),
+            (broken, False),
+        ):
+            request = py(code, "arg")
+            served = sandbox.pool_stats.served if sandbox.pool_stats else 0
+            warm_result = await sandbox.execute(request)
+            assert sandbox.pool_stats is not None and sandbox.pool_stats.served == served + 1
+            cold_result = await cold.execute(request)
+            if code != broken:
+                assert warm_result.stdout == f"{ran_precompiled} ['arg']\n".encode()
+                assert cold_result.stdout == b"False ['arg']\n"
+                assert warm_result.stderr.endswith(b"ZeroDivisionError: division by zero\n")
+            assert (warm_result.exit_code, warm_result.stderr) == (
+                cold_result.exit_code,
+                cold_result.stderr,
+            )
+            assert warm_result.exit_code == 1
+    finally:
+        sandbox.close()
+        cold.close()
+
+
 def test_the_kept_harness_is_the_one_executions_get(tmp_path: Path) -> None:
     """What zygotes keep is byte for byte the harness the executor writes (else no
     execution would find it), saved once under its digest."""
