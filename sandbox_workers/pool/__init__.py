@@ -70,7 +70,9 @@ interpreter's; ``/proc/self/exe`` is the interpreter, as cold, and
 a file the pool keeps (``PoolConfig.keep_code``: the worker's judging harness)
 runs the zygote's code object, the same code a cold run unmarshals, and
 ``sys.modules`` shows it (``_rewardbus_kept``); the zygote sees those files
-read-only under ``/.rbjail/kept``, and so do its executions.
+read-only under ``/.rbjail/kept``, and so do its executions; a ``-c`` command
+the zygote compiled before forking (``PoolConfig.precompile``: the worker's
+bootstraps) runs as that code object, the same code the program would compile.
 
 Ruby, PHP, R and Racket are pooled too, by a zygote that forks where the
 interpreter first opens a file its launch names (``Launch.warm_after``; R: its
